@@ -1,0 +1,163 @@
+// Package dispatch turns sigwatch's decisions into NATS messages: event
+// bodies, subjects, de-duplication ids, the JetStream stream, and
+// asynchronous publishing with bounded outstanding acknowledgements.
+package dispatch
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// DefaultPrefix is the first token of every subject sigwatch publishes on.
+const DefaultPrefix = "sigwatch"
+
+// MaxTypeLen bounds a device type token in a subject.
+const MaxTypeLen = 64
+
+// SanitizeType makes a device type safe as one subject token: characters
+// outside [A-Za-z0-9_-] become '_', and an empty type is "default". A
+// device type can therefore never add a token or a wildcard to a subject.
+func SanitizeType(t string) string {
+	if t == "" {
+		return "default"
+	}
+	if len(t) > MaxTypeLen {
+		t = t[:MaxTypeLen]
+	}
+	var b []byte
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+		if !ok {
+			if b == nil {
+				b = []byte(t)
+			}
+			b[i] = '_'
+		}
+	}
+	if b != nil {
+		return string(b)
+	}
+	return t
+}
+
+// Subjects builds subject names under a prefix.
+type Subjects struct{ Prefix string }
+
+func (s Subjects) prefix() string {
+	if s.Prefix == "" {
+		return DefaultPrefix
+	}
+	return s.Prefix
+}
+
+// Lost is the subject of lost events for a device type.
+func (s Subjects) Lost(typ string) string { return s.prefix() + ".lost." + SanitizeType(typ) }
+
+// Recovered is the subject of recovered events for a device type.
+func (s Subjects) Recovered(typ string) string {
+	return s.prefix() + ".recovered." + SanitizeType(typ)
+}
+
+// Alarm is the subject of alarm notifications for a device type.
+func (s Subjects) Alarm(typ string) string { return s.prefix() + ".alarm." + SanitizeType(typ) }
+
+// Invalid is the dead-letter subject for input that could not be used.
+func (s Subjects) Invalid() string { return s.prefix() + ".invalid" }
+
+// All is the wildcard the stream listens on.
+func (s Subjects) All() string { return s.prefix() + ".>" }
+
+// Lost says a device stayed silent past its deadline.
+type Lost struct {
+	ID       string `json:"id"`
+	Device   string `json:"device"`
+	Type     string `json:"type"`
+	Deadline int64  `json:"deadline"`
+	LastSeen int64  `json:"last_seen"`
+	FiredAt  int64  `json:"fired_at"`
+	Shard    int    `json:"shard"`
+}
+
+// LostID is the de-duplication id of the lost event for one deadline.
+func LostID(device string, deadline int64) string {
+	return device + "@" + strconv.FormatInt(deadline, 10)
+}
+
+// Recovered says a lost device signalled again.
+type Recovered struct {
+	ID          string `json:"id"`
+	Device      string `json:"device"`
+	Type        string `json:"type"`
+	LostAt      int64  `json:"lost_at"`
+	RecoveredAt int64  `json:"recovered_at"`
+}
+
+// RecoveredID is the de-duplication id of the recovery from the loss at
+// deadline: one loss has one recovery.
+func RecoveredID(device string, deadline int64) string {
+	return LostID(device, deadline) + "/recovered"
+}
+
+// Alarm is one transition of a device's alarm.
+type Alarm struct {
+	ID     string `json:"id"`
+	Device string `json:"device"`
+	Type   string `json:"type"`
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+	Count  int    `json:"count"`
+	Since  int64  `json:"since"`
+	At     int64  `json:"at"`
+}
+
+// MaxInvalidPayload bounds how much of a refused payload is forwarded.
+const MaxInvalidPayload = 1024
+
+// Invalid is input that could not be used, forwarded for inspection.
+type Invalid struct {
+	ID              string `json:"id"`
+	Reason          string `json:"reason"`
+	Topic           string `json:"topic"`
+	Payload         string `json:"payload"`
+	PayloadEncoding string `json:"payload_encoding,omitempty"`
+	Truncated       bool   `json:"truncated,omitempty"`
+	At              int64  `json:"at"`
+}
+
+// NewInvalid builds an Invalid event; the payload is truncated and base64
+// encoded when it is not UTF-8, and the topic is made valid UTF-8.
+func NewInvalid(id, reason, topic string, payload []byte, at int64) Invalid {
+	ev := Invalid{ID: id, Reason: reason, Topic: strings.ToValidUTF8(topic, "\uFFFD"), At: at}
+	if len(ev.Topic) > MaxInvalidPayload {
+		ev.Topic = strings.ToValidUTF8(ev.Topic[:MaxInvalidPayload], "")
+	}
+	if len(payload) > MaxInvalidPayload {
+		payload, ev.Truncated = payload[:MaxInvalidPayload], true
+	}
+	if utf8.Valid(payload) {
+		ev.Payload = string(payload)
+	} else {
+		ev.Payload, ev.PayloadEncoding = base64.StdEncoding.EncodeToString(payload), "base64"
+	}
+	return ev
+}
+
+// Message is one NATS message to publish; ID becomes its Nats-Msg-Id.
+type Message struct {
+	Subject string
+	ID      string
+	Body    []byte
+}
+
+// Encode builds the message for an event body on subject.
+func Encode(subject, id string, body any) (Message, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return Message{}, err
+	}
+	return Message{Subject: subject, ID: id, Body: b}, nil
+}

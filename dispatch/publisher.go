@@ -1,0 +1,194 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Mode selects the delivery guarantee.
+type Mode string
+
+const (
+	// JetStream publishes into a stream and waits for its acknowledgement;
+	// Nats-Msg-Id de-duplicates re-publishes after a crash.
+	JetStream Mode = "jetstream"
+	// Core publishes on core NATS: at most once, no stream.
+	Core Mode = "core"
+)
+
+// Options configure the publisher and the stream.
+type Options struct {
+	Mode       Mode
+	Prefix     string        // subject prefix, default "sigwatch"
+	Stream     string        // stream name, default "SIGWATCH"
+	Duplicates time.Duration // de-duplication window, default 2m
+	Storage    string        // "file" (default) or "memory"
+	Replicas   int           // default 1
+	MaxAge     time.Duration // 0 keeps messages until other limits apply
+	MaxPending int           // outstanding async publishes, default 4096
+	AckWait    time.Duration // how long a batch waits for acks, default 10s
+}
+
+func (o *Options) defaults() {
+	if o.Mode == "" {
+		o.Mode = JetStream
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.Stream == "" {
+		o.Stream = "SIGWATCH"
+	}
+	if o.Duplicates <= 0 {
+		o.Duplicates = 2 * time.Minute
+	}
+	if o.Storage == "" {
+		o.Storage = "file"
+	}
+	if o.Replicas <= 0 {
+		o.Replicas = 1
+	}
+	if o.MaxPending <= 0 {
+		o.MaxPending = 4096
+	}
+	if o.AckWait <= 0 {
+		o.AckWait = 10 * time.Second
+	}
+}
+
+// Publisher publishes sigwatch's messages. It is safe for concurrent use.
+type Publisher struct {
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	opts     Options
+	Subjects Subjects
+}
+
+// New returns a publisher on nc. In JetStream mode it creates the stream if
+// it is absent and checks that an existing one covers the subjects.
+func New(ctx context.Context, nc *nats.Conn, opts Options) (*Publisher, error) {
+	opts.defaults()
+	p := &Publisher{nc: nc, opts: opts, Subjects: Subjects{Prefix: opts.Prefix}}
+	switch opts.Mode {
+	case Core:
+		return p, nil
+	case JetStream:
+	default:
+		return nil, fmt.Errorf("dispatch: unknown mode %q: use %q or %q", opts.Mode, JetStream, Core)
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(opts.MaxPending))
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: jetstream: %w", err)
+	}
+	p.js = js
+	if err := p.ensureStream(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Publisher) ensureStream(ctx context.Context) error {
+	storage := jetstream.FileStorage
+	switch p.opts.Storage {
+	case "file":
+	case "memory":
+		storage = jetstream.MemoryStorage
+	default:
+		return fmt.Errorf("dispatch: stream storage %q: use file or memory", p.opts.Storage)
+	}
+	s, err := p.js.Stream(ctx, p.opts.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = p.js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:        p.opts.Stream,
+			Description: "sigwatch events",
+			Subjects:    []string{p.Subjects.All()},
+			Storage:     storage,
+			Replicas:    p.opts.Replicas,
+			Duplicates:  p.opts.Duplicates,
+			MaxAge:      p.opts.MaxAge,
+		})
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("dispatch: create stream %s: %w", p.opts.Stream, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("dispatch: look up stream %s: %w", p.opts.Stream, err)
+	}
+	cfg := s.CachedInfo().Config
+	for _, subj := range cfg.Subjects {
+		if subj == p.Subjects.All() {
+			return nil
+		}
+	}
+	return fmt.Errorf("dispatch: stream %s exists but does not listen on %s (it has %v): add the subject or configure another stream name",
+		p.opts.Stream, p.Subjects.All(), cfg.Subjects)
+}
+
+// Mode returns the delivery mode.
+func (p *Publisher) Mode() Mode { return p.opts.Mode }
+
+// Conn returns the NATS connection.
+func (p *Publisher) Conn() *nats.Conn { return p.nc }
+
+// Publish sends msgs and waits until each is acknowledged (JetStream) or
+// flushed to the server (core). errs[i] is nil when msgs[i] is safely
+// stored; callers remove only what was published. A message JetStream
+// reports as a duplicate was stored before and counts as published.
+func (p *Publisher) Publish(ctx context.Context, msgs []Message) (errs []error) {
+	errs = make([]error, len(msgs))
+	if len(msgs) == 0 {
+		return errs
+	}
+	if p.opts.Mode == Core {
+		var err error
+		for _, m := range msgs {
+			nm := nats.NewMsg(m.Subject)
+			nm.Header.Set(nats.MsgIdHdr, m.ID)
+			nm.Data = m.Body
+			if err = p.nc.PublishMsg(nm); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			err = p.nc.FlushWithContext(ctx)
+		}
+		if err != nil {
+			for i := range errs {
+				errs[i] = fmt.Errorf("dispatch: publish: %w", err)
+			}
+		}
+		return errs
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.opts.AckWait)
+	defer cancel()
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, m := range msgs {
+		nm := nats.NewMsg(m.Subject)
+		nm.Data = m.Body
+		f, err := p.js.PublishMsgAsync(nm, jetstream.WithMsgID(m.ID))
+		if err != nil {
+			errs[i] = fmt.Errorf("dispatch: publish %s: %w", m.Subject, err)
+			continue
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs[i] = fmt.Errorf("dispatch: publish %s: %w", msgs[i].Subject, err)
+		case <-ctx.Done():
+			errs[i] = fmt.Errorf("dispatch: publish %s: no ack: %w", msgs[i].Subject, ctx.Err())
+		}
+	}
+	return errs
+}

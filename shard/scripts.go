@@ -1,0 +1,171 @@
+package shard
+
+import "github.com/redis/rueidis"
+
+// upsertScript pushes deadlines forward and reports which members are new.
+//
+// KEYS[1]: timer ZSET of one shard
+// ARGV:    deadline1, id1, deadline2, id2, ...
+// Returns: the ids that were absent (first seen, or back after being lost).
+var upsertScript = rueidis.NewLuaScript(`
+local added = {}
+for i = 1, #ARGV, 2 do
+  if redis.call('ZADD', KEYS[1], 'GT', ARGV[i], ARGV[i+1]) == 1 then
+    added[#added+1] = ARGV[i+1]
+  end
+end
+return added`)
+
+// claimScript reads the due members of a shard, fenced by its lease.
+//
+// KEYS[1]: timer ZSET of the shard
+// KEYS[2]: lease key of the shard
+// ARGV[1]: lease value the caller holds
+// ARGV[2]: horizon, unix ms: members scored at or below it are due
+// ARGV[3]: batch limit
+// Returns: {due (id, score, ...), head (id, score) or empty}, or the error
+// NOTOWNER when the caller no longer holds the lease.
+var claimScript = rueidis.NewLuaScript(`
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then
+  return redis.error_reply('NOTOWNER lease lost')
+end
+local due = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[2], 'BYSCORE', 'LIMIT', 0, ARGV[3], 'WITHSCORES')
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return {due, head}`)
+
+// settleScript finishes a claimed batch: compare-and-remove for fired
+// members, compare-and-move for deferred ones, fenced by the lease.
+//
+// KEYS[1]: timer ZSET of the shard
+// KEYS[2]: lease key of the shard
+// ARGV[1]: lease value the caller holds
+// ARGV[2]: number of fired members n
+// ARGV[3 .. 2+2n]: fired id, claimed score pairs (removed if unchanged)
+// ARGV[3+2n ..]:   deferred id, claimed score, new score triples (moved if unchanged)
+// Returns: {removed count, moved count, revived (id, score, ...)} where revived
+// are fired members whose score changed after the claim (a reset landed).
+var settleScript = rueidis.NewLuaScript(`
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then
+  return redis.error_reply('NOTOWNER lease lost')
+end
+local n = tonumber(ARGV[2])
+local removed, moved, revived = 0, 0, {}
+for i = 3, 2 + 2*n, 2 do
+  local cur = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if cur then
+    if tonumber(cur) == tonumber(ARGV[i+1]) then
+      redis.call('ZREM', KEYS[1], ARGV[i])
+      removed = removed + 1
+    else
+      revived[#revived+1] = ARGV[i]
+      revived[#revived+1] = cur
+    end
+  end
+end
+for i = 3 + 2*n, #ARGV, 3 do
+  local cur = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if cur and tonumber(cur) == tonumber(ARGV[i+1]) then
+    redis.call('ZADD', KEYS[1], 'GT', ARGV[i+2], ARGV[i])
+    moved = moved + 1
+  end
+end
+return {removed, moved, revived}`)
+
+// acquireScript takes a free lease and hands out a new fencing token.
+//
+// KEYS[1]: lease key of the shard
+// KEYS[2]: fencing counter of the shard
+// ARGV[1]: owner id (unique per process)
+// ARGV[2]: ttl, ms
+// Returns: the lease value "owner|token", or nil when another owner holds it.
+var acquireScript = rueidis.NewLuaScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return false end
+local v = ARGV[1] .. '|' .. redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], v, 'PX', ARGV[2])
+return v`)
+
+// renewScript extends a lease the caller still holds.
+//
+// KEYS[1]: lease key; ARGV[1]: lease value; ARGV[2]: ttl, ms
+// Returns: 1 if renewed, 0 if the lease is gone or someone else's.
+var renewScript = rueidis.NewLuaScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0`)
+
+// releaseScript drops a lease the caller still holds.
+//
+// KEYS[1]: lease key; ARGV[1]: lease value
+// Returns: 1 if released, 0 otherwise.
+var releaseScript = rueidis.NewLuaScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0`)
+
+// watermarkScript moves the ingest watermark forward and records a gap
+// larger than the outage threshold as an outage.
+//
+// KEYS[1]: watermark key; KEYS[2]: outage list
+// ARGV[1]: new watermark, unix ms; ARGV[2]: outage threshold, ms;
+// ARGV[3]: outages kept
+// Returns: the watermark after the call.
+var watermarkScript = rueidis.NewLuaScript(`
+local cur = redis.call('GET', KEYS[1])
+local new = tonumber(ARGV[1])
+if cur and new <= tonumber(cur) then return cur end
+if cur and new - tonumber(cur) > tonumber(ARGV[2]) then
+  redis.call('RPUSH', KEYS[2], cur .. ':' .. ARGV[1])
+  redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1)
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return ARGV[1]`)
+
+// seenScript records a device that is first seen or back after being lost,
+// clearing its lost mark.
+//
+// KEYS[1]: registry partition of the device
+// ARGV[1]: device id; ARGV[2]: type; ARGV[3]: now, unix ms
+// Returns: the previous registry value, or nil.
+var seenScript = rueidis.NewLuaScript(`
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+local d = {}
+if old then d = cjson.decode(old) end
+if d.f == nil then d.f = tonumber(ARGV[3]) end
+if ARGV[2] ~= '' then d.t = ARGV[2] end
+d.l = nil
+d.la = nil
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(d))
+return old`)
+
+// lostScript marks a device lost at a deadline, unless a later signal has
+// already been recorded.
+//
+// KEYS[1]: registry partition of the device
+// ARGV[1]: device id; ARGV[2]: deadline, unix ms; ARGV[3]: fired at, unix ms
+// Returns: 1.
+var lostScript = rueidis.NewLuaScript(`
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+local d = {}
+if old then d = cjson.decode(old) end
+d.l = tonumber(ARGV[2])
+d.la = tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(d))
+return 1`)
+
+// clearLostScript clears the lost mark of a device if it is still the one
+// set for the given deadline, and returns the registry value it cleared.
+//
+// KEYS[1]: registry partition; ARGV[1]: device id; ARGV[2]: deadline, unix ms
+// Returns: the previous value if a mark was cleared, else nil.
+var clearLostScript = rueidis.NewLuaScript(`
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if not old then return false end
+local d = cjson.decode(old)
+if d.l == nil or d.l ~= tonumber(ARGV[2]) then return false end
+d.l = nil
+d.la = nil
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(d))
+return old`)

@@ -1,0 +1,554 @@
+package shard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// ErrNotOwner is returned by fenced operations when the caller's lease on a
+// shard has expired or moved to another owner. Nothing was changed.
+var ErrNotOwner = errors.New("shard: lease not held")
+
+// Store is sigwatch's view of Redis: one shared rueidis client and the key
+// layout. It is safe for concurrent use; calls from many goroutines are
+// auto-pipelined by rueidis.
+type Store struct {
+	c rueidis.Client
+	k Keys
+}
+
+// NewStore wraps a rueidis client.
+func NewStore(c rueidis.Client, keys Keys) *Store { return &Store{c: c, k: keys} }
+
+// Client returns the underlying client.
+func (s *Store) Client() rueidis.Client { return s.c }
+
+// Keys returns the key layout.
+func (s *Store) Keys() Keys { return s.k }
+
+// Topology is the shard layout: N shards, the N before the last doubling
+// while it drains (0 otherwise), and an epoch that grows with each change.
+type Topology struct {
+	Shards int   `json:"shards"`
+	Prev   int   `json:"prev"`
+	Epoch  int64 `json:"epoch"`
+}
+
+// Draining reports whether a doubling is still draining.
+func (t Topology) Draining() bool { return t.Prev != 0 }
+
+// InitTopology creates the topology with initial shards if none exists and
+// returns the topology in force.
+func (s *Store) InitTopology(ctx context.Context, initial int) (Topology, error) {
+	if err := ValidCount(initial); err != nil {
+		return Topology{}, fmt.Errorf("shard: init topology: %w", err)
+	}
+	b := s.c.B()
+	key := s.k.Topology()
+	for _, r := range s.c.DoMulti(ctx,
+		b.Hsetnx().Key(key).Field("shards").Value(strconv.Itoa(initial)).Build(),
+		b.Hsetnx().Key(key).Field("prev").Value("0").Build(),
+		b.Hsetnx().Key(key).Field("epoch").Value("1").Build(),
+	) {
+		if err := r.Error(); err != nil {
+			return Topology{}, fmt.Errorf("shard: init topology: %w", err)
+		}
+	}
+	return s.Topology(ctx)
+}
+
+// Topology reads the topology in force.
+func (s *Store) Topology(ctx context.Context) (Topology, error) {
+	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(s.k.Topology()).Build()).AsStrMap()
+	if err != nil {
+		return Topology{}, fmt.Errorf("shard: read topology: %w", err)
+	}
+	if len(m) == 0 {
+		return Topology{}, errors.New("shard: no topology in Redis yet: start `sigwatch run` once to create it")
+	}
+	var t Topology
+	t.Shards, _ = strconv.Atoi(m["shards"])
+	t.Prev, _ = strconv.Atoi(m["prev"])
+	t.Epoch, _ = strconv.ParseInt(m["epoch"], 10, 64)
+	if err := ValidCount(t.Shards); err != nil {
+		return Topology{}, fmt.Errorf("shard: topology in Redis is corrupt: %w", err)
+	}
+	return t, nil
+}
+
+// Upsert pushes the deadlines of entries forward (ZADD GT), one script call
+// per shard, all shards in one round trip. It returns the ids that were
+// absent: first seen, or back after being lost. The write is idempotent and
+// may be retried.
+func (s *Store) Upsert(ctx context.Context, f Family, byShard map[int][]Entry) ([]string, error) {
+	if len(byShard) == 0 {
+		return nil, nil
+	}
+	execs := make([]rueidis.LuaExec, 0, len(byShard))
+	for i, es := range byShard {
+		args := make([]string, 0, 2*len(es))
+		for _, e := range es {
+			args = append(args, strconv.FormatInt(e.Deadline, 10), e.ID)
+		}
+		execs = append(execs, rueidis.LuaExec{Keys: []string{s.k.Timers(f, i)}, Args: args})
+	}
+	var added []string
+	var firstErr error
+	for _, r := range upsertScript.ExecMulti(ctx, s.c, execs...) {
+		ids, err := r.AsStrSlice()
+		if err != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("shard: upsert: %w", err)
+			}
+			continue
+		}
+		added = append(added, ids...)
+	}
+	return added, firstErr
+}
+
+// Set writes one deadline unconditionally (ZADD without GT), for changes that
+// may move a deadline earlier, such as a lowered threshold.
+func (s *Store) Set(ctx context.Context, f Family, i int, e Entry) error {
+	err := s.c.Do(ctx, s.c.B().Zadd().Key(s.k.Timers(f, i)).ScoreMember().
+		ScoreMember(float64(e.Deadline), e.ID).Build()).Error()
+	if err != nil {
+		return fmt.Errorf("shard: set %s in shard %d: %w", f, i, err)
+	}
+	return nil
+}
+
+// Score returns the deadline of id in shard i, and false if it is absent.
+func (s *Store) Score(ctx context.Context, f Family, i int, id string) (int64, bool, error) {
+	v, err := s.c.Do(ctx, s.c.B().Zscore().Key(s.k.Timers(f, i)).Member(id).Build()).AsFloat64()
+	if rueidis.IsRedisNil(err) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("shard: score in shard %d: %w", i, err)
+	}
+	return int64(v), true, nil
+}
+
+// Remove deletes id from shard i unconditionally (the device is no longer
+// watched).
+func (s *Store) Remove(ctx context.Context, f Family, i int, id string) (bool, error) {
+	n, err := s.c.Do(ctx, s.c.B().Zrem().Key(s.k.Timers(f, i)).Member(id).Build()).AsInt64()
+	if err != nil {
+		return false, fmt.Errorf("shard: remove from shard %d: %w", i, err)
+	}
+	return n == 1, nil
+}
+
+// Size returns the number of members of shard i.
+func (s *Store) Size(ctx context.Context, f Family, i int) (int64, error) {
+	n, err := s.c.Do(ctx, s.c.B().Zcard().Key(s.k.Timers(f, i)).Build()).AsInt64()
+	if err != nil {
+		return 0, fmt.Errorf("shard: size of shard %d: %w", i, err)
+	}
+	return n, nil
+}
+
+// Head returns the earliest entry of shard i, and false if the shard is empty.
+func (s *Store) Head(ctx context.Context, f Family, i int) (Entry, bool, error) {
+	v, err := s.c.Do(ctx, s.c.B().Zrange().Key(s.k.Timers(f, i)).Min("0").Max("0").Withscores().Build()).ToArray()
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("shard: head of shard %d: %w", i, err)
+	}
+	es, err := parseEntries(v)
+	if err != nil || len(es) == 0 {
+		return Entry{}, false, err
+	}
+	return es[0], true, nil
+}
+
+// Claim reads up to limit members of shard i due at or before horizon, and
+// the shard's head (the earliest member, due or not). It fails with
+// ErrNotOwner unless lease is still the shard's lease.
+func (s *Store) Claim(ctx context.Context, f Family, i int, lease Lease, horizon int64, limit int) (due []Entry, head Entry, hasHead bool, err error) {
+	v, err := claimScript.Exec(ctx, s.c, []string{s.k.Timers(f, i), s.k.Owner(i)},
+		[]string{lease.Value, strconv.FormatInt(horizon, 10), strconv.Itoa(limit)}).ToArray()
+	if err != nil {
+		return nil, Entry{}, false, fenceErr("claim", i, err)
+	}
+	if len(v) != 2 {
+		return nil, Entry{}, false, fmt.Errorf("shard: claim shard %d: unexpected reply", i)
+	}
+	dueRaw, _ := v[0].ToArray()
+	headRaw, _ := v[1].ToArray()
+	if due, err = parseEntries(dueRaw); err != nil {
+		return nil, Entry{}, false, fmt.Errorf("shard: claim shard %d: %w", i, err)
+	}
+	hs, err := parseEntries(headRaw)
+	if err != nil {
+		return nil, Entry{}, false, fmt.Errorf("shard: claim shard %d: %w", i, err)
+	}
+	if len(hs) > 0 {
+		head, hasHead = hs[0], true
+	}
+	return due, head, hasHead, nil
+}
+
+// Move is a deferred entry: if its score is still From, it becomes To.
+type Move struct {
+	ID   string
+	From int64
+	To   int64
+}
+
+// Settled is the outcome of Settle.
+type Settled struct {
+	Removed int
+	Moved   int
+	// Revived are fired entries whose score changed after the claim: a
+	// signal landed in between, so they stay watched at their new deadline.
+	Revived []Entry
+}
+
+// Settle finishes a claimed batch of shard i: each fired entry is removed only
+// if its score is still the claimed one (a reset that landed in between
+// survives), and each move is applied only if the score is unchanged. It
+// fails with ErrNotOwner, changing nothing, unless lease is still held.
+func (s *Store) Settle(ctx context.Context, f Family, i int, lease Lease, fired []Entry, moves []Move) (Settled, error) {
+	args := make([]string, 0, 2+2*len(fired)+3*len(moves))
+	args = append(args, lease.Value, strconv.Itoa(len(fired)))
+	for _, e := range fired {
+		args = append(args, e.ID, strconv.FormatInt(e.Deadline, 10))
+	}
+	for _, m := range moves {
+		args = append(args, m.ID, strconv.FormatInt(m.From, 10), strconv.FormatInt(m.To, 10))
+	}
+	v, err := settleScript.Exec(ctx, s.c, []string{s.k.Timers(f, i), s.k.Owner(i)}, args).ToArray()
+	if err != nil {
+		return Settled{}, fenceErr("settle", i, err)
+	}
+	if len(v) != 3 {
+		return Settled{}, fmt.Errorf("shard: settle shard %d: unexpected reply", i)
+	}
+	var out Settled
+	removed, _ := v[0].AsInt64()
+	moved, _ := v[1].AsInt64()
+	out.Removed, out.Moved = int(removed), int(moved)
+	rev, _ := v[2].ToArray()
+	if out.Revived, err = parseEntries(rev); err != nil {
+		return Settled{}, fmt.Errorf("shard: settle shard %d: %w", i, err)
+	}
+	return out, nil
+}
+
+func fenceErr(op string, i int, err error) error {
+	if strings.Contains(err.Error(), "NOTOWNER") {
+		return fmt.Errorf("shard: %s shard %d: %w", op, i, ErrNotOwner)
+	}
+	return fmt.Errorf("shard: %s shard %d: %w", op, i, err)
+}
+
+// parseEntries reads a flat (member, score, ...) reply.
+func parseEntries(v []rueidis.RedisMessage) ([]Entry, error) {
+	if len(v)%2 != 0 {
+		return nil, errors.New("odd member/score reply")
+	}
+	es := make([]Entry, 0, len(v)/2)
+	for j := 0; j < len(v); j += 2 {
+		id, err := v[j].ToString()
+		if err != nil {
+			return nil, err
+		}
+		sc, err := v[j+1].AsFloat64()
+		if err != nil {
+			return nil, err
+		}
+		es = append(es, Entry{ID: id, Deadline: int64(sc)})
+	}
+	return es, nil
+}
+
+// Lease is a held lease on one shard. Value is "owner|token"; the token
+// grows with every acquisition, so an older holder can never pass for a
+// newer one.
+type Lease struct {
+	Shard int
+	Value string
+}
+
+// Token returns the fencing token of the lease.
+func (l Lease) Token() int64 {
+	j := strings.LastIndexByte(l.Value, '|')
+	t, _ := strconv.ParseInt(l.Value[j+1:], 10, 64)
+	return t
+}
+
+// Acquire takes shard i's lease for owner if it is free. ok is false when
+// another owner holds it.
+func (s *Store) Acquire(ctx context.Context, i int, owner string, ttl time.Duration) (l Lease, ok bool, err error) {
+	v, err := acquireScript.Exec(ctx, s.c, []string{s.k.Owner(i), s.k.Fence(i)},
+		[]string{owner, strconv.FormatInt(ttl.Milliseconds(), 10)}).ToString()
+	if rueidis.IsRedisNil(err) {
+		return Lease{}, false, nil
+	}
+	if err != nil {
+		return Lease{}, false, fmt.Errorf("shard: acquire lease of shard %d: %w", i, err)
+	}
+	return Lease{Shard: i, Value: v}, true, nil
+}
+
+// Renew extends l. It returns ErrNotOwner if l was lost.
+func (s *Store) Renew(ctx context.Context, l Lease, ttl time.Duration) error {
+	n, err := renewScript.Exec(ctx, s.c, []string{s.k.Owner(l.Shard)},
+		[]string{l.Value, strconv.FormatInt(ttl.Milliseconds(), 10)}).AsInt64()
+	if err != nil {
+		return fmt.Errorf("shard: renew lease of shard %d: %w", l.Shard, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("shard: renew lease of shard %d: %w", l.Shard, ErrNotOwner)
+	}
+	return nil
+}
+
+// Release gives l up so another replica can take the shard at once.
+func (s *Store) Release(ctx context.Context, l Lease) error {
+	if err := releaseScript.Exec(ctx, s.c, []string{s.k.Owner(l.Shard)}, []string{l.Value}).Error(); err != nil {
+		return fmt.Errorf("shard: release lease of shard %d: %w", l.Shard, err)
+	}
+	return nil
+}
+
+// Owner returns the lease value of shard i ("" when free).
+func (s *Store) Owner(ctx context.Context, i int) (string, error) {
+	v, err := s.c.Do(ctx, s.c.B().Get().Key(s.k.Owner(i)).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("shard: owner of shard %d: %w", i, err)
+	}
+	return v, nil
+}
+
+// Outage is a gap in the ingest watermark: ingest was not known to be
+// consuming between Start and End (unix ms).
+type Outage struct{ Start, End int64 }
+
+// outagesKept bounds the outage list.
+const outagesKept = 256
+
+// AdvanceWatermark moves the ingest watermark forward to ms. A jump larger
+// than gap is recorded as an outage.
+func (s *Store) AdvanceWatermark(ctx context.Context, ms int64, gap time.Duration) (int64, error) {
+	v, err := watermarkScript.Exec(ctx, s.c, []string{s.k.Watermark(), s.k.Outages()},
+		[]string{strconv.FormatInt(ms, 10), strconv.FormatInt(gap.Milliseconds(), 10), strconv.Itoa(outagesKept)}).AsInt64()
+	if err != nil {
+		return 0, fmt.Errorf("shard: advance watermark: %w", err)
+	}
+	return v, nil
+}
+
+// Watermark returns the ingest watermark (0 if ingest never ran) and the
+// recorded outages, oldest first.
+func (s *Store) Watermark(ctx context.Context) (int64, []Outage, error) {
+	b := s.c.B()
+	rs := s.c.DoMulti(ctx,
+		b.Get().Key(s.k.Watermark()).Build(),
+		b.Lrange().Key(s.k.Outages()).Start(0).Stop(-1).Build())
+	wm, err := rs[0].AsInt64()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return 0, nil, fmt.Errorf("shard: read watermark: %w", err)
+	}
+	raw, err := rs[1].AsStrSlice()
+	if err != nil {
+		return 0, nil, fmt.Errorf("shard: read outages: %w", err)
+	}
+	outs := make([]Outage, 0, len(raw))
+	for _, r := range raw {
+		a, b, ok := strings.Cut(r, ":")
+		if !ok {
+			continue
+		}
+		start, err1 := strconv.ParseInt(a, 10, 64)
+		end, err2 := strconv.ParseInt(b, 10, 64)
+		if err1 == nil && err2 == nil {
+			outs = append(outs, Outage{Start: start, End: end})
+		}
+	}
+	return wm, outs, nil
+}
+
+// Device is what the registry knows about a device. It is written when a
+// device is first seen, comes back, is lost or is changed — never per signal.
+type Device struct {
+	Type      string `json:"t,omitempty"`
+	FirstSeen int64  `json:"f,omitempty"`
+	// LostDeadline is the deadline the device was declared lost at, 0 while
+	// it is not lost; LostAt is when that was declared.
+	LostDeadline int64 `json:"l,omitempty"`
+	LostAt       int64 `json:"la,omitempty"`
+}
+
+func parseDevice(s string) (Device, error) {
+	var d Device
+	if err := json.Unmarshal([]byte(s), &d); err != nil {
+		return Device{}, fmt.Errorf("registry entry %q: %w", s, err)
+	}
+	return d, nil
+}
+
+// Seen records that id was first seen or came back, with its type, and
+// clears any lost mark. It returns the previous entry (existed false when
+// the device is new).
+func (s *Store) Seen(ctx context.Context, id, typ string, now int64) (prev Device, existed bool, err error) {
+	v, err := seenScript.Exec(ctx, s.c, []string{s.k.Registry(id)},
+		[]string{id, typ, strconv.FormatInt(now, 10)}).ToString()
+	if rueidis.IsRedisNil(err) {
+		return Device{}, false, nil
+	}
+	if err != nil {
+		return Device{}, false, fmt.Errorf("shard: record device: %w", err)
+	}
+	d, err := parseDevice(v)
+	return d, err == nil, err
+}
+
+// MarkLost records that id was declared lost at deadline.
+func (s *Store) MarkLost(ctx context.Context, id string, deadline, at int64) error {
+	err := lostScript.Exec(ctx, s.c, []string{s.k.Registry(id)},
+		[]string{id, strconv.FormatInt(deadline, 10), strconv.FormatInt(at, 10)}).Error()
+	if err != nil {
+		return fmt.Errorf("shard: mark device lost: %w", err)
+	}
+	return nil
+}
+
+// ClearLost clears id's lost mark if it is the one set for deadline, and
+// returns the entry as it was; ok is false if there was no such mark.
+func (s *Store) ClearLost(ctx context.Context, id string, deadline int64) (prev Device, ok bool, err error) {
+	v, err := clearLostScript.Exec(ctx, s.c, []string{s.k.Registry(id)},
+		[]string{id, strconv.FormatInt(deadline, 10)}).ToString()
+	if rueidis.IsRedisNil(err) {
+		return Device{}, false, nil
+	}
+	if err != nil {
+		return Device{}, false, fmt.Errorf("shard: clear lost mark: %w", err)
+	}
+	d, err := parseDevice(v)
+	return d, err == nil, err
+}
+
+// Devices reads the registry entries of ids in one round trip; a missing
+// entry is the zero Device.
+func (s *Store) Devices(ctx context.Context, ids []string) ([]Device, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cmds := make(rueidis.Commands, len(ids))
+	for j, id := range ids {
+		cmds[j] = s.c.B().Hget().Key(s.k.Registry(id)).Field(id).Build()
+	}
+	out := make([]Device, len(ids))
+	for j, r := range s.c.DoMulti(ctx, cmds...) {
+		v, err := r.ToString()
+		if rueidis.IsRedisNil(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("shard: read registry: %w", err)
+		}
+		if out[j], err = parseDevice(v); err != nil {
+			return nil, fmt.Errorf("shard: read registry: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// Forget removes id from the registry and its threshold override.
+func (s *Store) Forget(ctx context.Context, id string) error {
+	b := s.c.B()
+	for _, r := range s.c.DoMulti(ctx,
+		b.Hdel().Key(s.k.Registry(id)).Field(id).Build(),
+		b.Hdel().Key(s.k.Overrides()).Field(id).Build(),
+		b.Incr().Key(s.k.OverridesVersion()).Build()) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("shard: forget device: %w", err)
+		}
+	}
+	return nil
+}
+
+// SetOverride sets a per-device threshold (0 removes it).
+func (s *Store) SetOverride(ctx context.Context, id string, threshold time.Duration) error {
+	b := s.c.B()
+	var set rueidis.Completed
+	if threshold <= 0 {
+		set = b.Hdel().Key(s.k.Overrides()).Field(id).Build()
+	} else {
+		set = b.Hset().Key(s.k.Overrides()).FieldValue().FieldValue(id, strconv.FormatInt(threshold.Milliseconds(), 10)).Build()
+	}
+	for _, r := range s.c.DoMulti(ctx, set, b.Incr().Key(s.k.OverridesVersion()).Build()) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("shard: set threshold override: %w", err)
+		}
+	}
+	return nil
+}
+
+// OverridesVersion returns a number that changes whenever overrides do.
+func (s *Store) OverridesVersion(ctx context.Context) (int64, error) {
+	v, err := s.c.Do(ctx, s.c.B().Get().Key(s.k.OverridesVersion()).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("shard: read overrides version: %w", err)
+	}
+	return v, nil
+}
+
+// Overrides returns every per-device threshold.
+func (s *Store) Overrides(ctx context.Context) (map[string]time.Duration, error) {
+	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(s.k.Overrides()).Build()).AsStrMap()
+	if err != nil {
+		return nil, fmt.Errorf("shard: read overrides: %w", err)
+	}
+	out := make(map[string]time.Duration, len(m))
+	for id, v := range m {
+		if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 {
+			out[id] = time.Duration(ms) * time.Millisecond
+		}
+	}
+	return out, nil
+}
+
+// Heartbeat registers a scanner replica as alive until now+ttl and returns
+// the live replicas, sorted.
+func (s *Store) Heartbeat(ctx context.Context, replica string, now time.Time, ttl time.Duration) ([]string, error) {
+	b := s.c.B()
+	key := s.k.Scanners()
+	rs := s.c.DoMulti(ctx,
+		b.Zadd().Key(key).ScoreMember().ScoreMember(float64(now.Add(ttl).UnixMilli()), replica).Build(),
+		b.Zremrangebyscore().Key(key).Min("-inf").Max(strconv.FormatInt(now.UnixMilli(), 10)).Build(),
+		b.Zrange().Key(key).Min("0").Max("-1").Build())
+	for _, r := range rs[:2] {
+		if err := r.Error(); err != nil {
+			return nil, fmt.Errorf("shard: scanner heartbeat: %w", err)
+		}
+	}
+	live, err := rs[2].AsStrSlice()
+	if err != nil {
+		return nil, fmt.Errorf("shard: scanner heartbeat: %w", err)
+	}
+	return live, nil
+}
+
+// Leave removes a scanner replica from the live set.
+func (s *Store) Leave(ctx context.Context, replica string) error {
+	if err := s.c.Do(ctx, s.c.B().Zrem().Key(s.k.Scanners()).Member(replica).Build()).Error(); err != nil {
+		return fmt.Errorf("shard: scanner leave: %w", err)
+	}
+	return nil
+}
