@@ -57,6 +57,9 @@ func (k Keys) Watermark() string { return k.meta("watermark") }
 // Outages lists the gaps in the watermark, "start:end" in unix ms.
 func (k Keys) Outages() string { return k.meta("outages") }
 
+// Members is the HASH of ingest members' own watermarks.
+func (k Keys) Members() string { return k.meta("ingest") }
+
 // Scanners is the ZSET of live scanner replicas scored by heartbeat expiry.
 func (k Keys) Scanners() string { return k.meta("scanners") }
 

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Installs the servers sigwatch's tests, `sigwatch demo` and the benchmarks start as child
+# processes: redis-server, redis-cli, mosquitto and mosquitto_passwd. nats-server needs nothing:
+# it is embedded. Safe to run again; prints next to nothing when everything is there.
+#
+# Works unattended (no stdin, CI=true): apt-get runs non-interactively and sudo is never asked
+# for a password.
+set -euo pipefail
+
+# have NAME: NAME is on PATH or in a system binary directory (Debian puts mosquitto in
+# /usr/sbin, which is often not on a user's PATH; internal/servers looks there too).
+have() {
+	command -v "$1" >/dev/null 2>&1 && return 0
+	local d
+	for d in /usr/sbin /usr/bin /usr/local/sbin /usr/local/bin /opt/homebrew/sbin /opt/homebrew/bin; do
+		[ -x "$d/$1" ] && return 0
+	done
+	return 1
+}
+
+missing_bins() {
+	local b out=""
+	for b in redis-server redis-cli mosquitto mosquitto_passwd; do
+		have "$b" || out="$out $b"
+	done
+	echo "${out# }"
+}
+
+missing=$(missing_bins)
+[ -z "$missing" ] && exit 0
+
+echo "deps: missing: $missing"
+
+if command -v apt-get >/dev/null 2>&1; then
+	sudo=""
+	if [ "$(id -u)" -ne 0 ]; then
+		if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+			sudo="sudo -n"
+		else
+			echo "deps: installing needs root. Run as root, or run:" >&2
+			echo "  sudo apt-get install -y redis-server mosquitto mosquitto-clients" >&2
+			exit 1
+		fi
+	fi
+
+	# Remember which services exist already, so that only the ones installed now are stopped.
+	had_redis=0 had_mosquitto=0
+	dpkg-query -W -f='${Status}' redis-server 2>/dev/null | grep -q "install ok installed" && had_redis=1
+	dpkg-query -W -f='${Status}' mosquitto 2>/dev/null | grep -q "install ok installed" && had_mosquitto=1
+
+	echo "deps: apt-get install redis-server mosquitto mosquitto-clients"
+	$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
+	$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+		-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+		redis-server mosquitto mosquitto-clients </dev/null >/dev/null
+
+	# The packages start system-wide services on 6379 and 1883. sigwatch never uses them (its
+	# servers run on random ports in their own directories), so stop and disable the ones this
+	# script installed rather than leave a stray broker and database running. In containers
+	# without systemd the packages usually do not start them at all.
+	if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+		[ "$had_redis" = 1 ] || $sudo systemctl disable --now redis-server >/dev/null 2>&1 || true
+		[ "$had_mosquitto" = 1 ] || $sudo systemctl disable --now mosquitto >/dev/null 2>&1 || true
+	fi
+
+	missing=$(missing_bins)
+	if [ -n "$missing" ]; then
+		echo "deps: still missing after apt-get install: $missing" >&2
+		exit 1
+	fi
+	echo "deps: ok"
+	exit 0
+fi
+
+cat >&2 <<MSG
+deps: sigwatch needs $missing, and this script only knows how to install them with apt-get.
+Install them with your package manager, then run \`make deps\` again:
+  macOS (Homebrew):  brew install redis mosquitto
+                     (mosquitto goes to \$(brew --prefix)/sbin, which sigwatch also searches)
+  Fedora/RHEL:       sudo dnf install redis mosquitto
+  Arch:              sudo pacman -S redis mosquitto
+  Alpine:            sudo apk add redis mosquitto
+MSG
+exit 1

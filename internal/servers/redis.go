@@ -1,0 +1,248 @@
+package servers
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// RedisOptions configures StartRedis.
+type RedisOptions struct {
+	// Persist turns on the append-only file (appendfsync everysec) and Redis's default RDB save
+	// points, so that data written before Kill is there after Restart. Without it nothing is
+	// written to disk.
+	Persist bool
+	// Password, when set, is required from clients (requirepass).
+	Password string
+	// ExtraArgs are appended to the redis-server command line and so override the defaults,
+	// e.g. []string{"--maxmemory", "100mb"}.
+	ExtraArgs []string
+}
+
+// Redis is a redis-server child process listening on 127.0.0.1.
+type Redis struct {
+	Addr     string // host:port
+	Dir      string // working directory: data files and redis.log
+	Password string
+
+	mu   sync.Mutex // serialises Kill, Stop and Restart
+	bin  string
+	cmd  *process // the current run; nil before the first start
+	port int
+	opts RedisOptions
+}
+
+// StartRedis starts redis-server in dir (created if needed) on a free port of 127.0.0.1 and
+// returns once it answers PING.
+func StartRedis(dir string, opts RedisOptions) (*Redis, error) {
+	bin, err := LookPath("redis-server")
+	if err != nil {
+		return nil, err
+	}
+	dir, err = prepareDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("servers: redis dir: %w", err)
+	}
+	r := &Redis{Dir: dir, Password: opts.Password, bin: bin, opts: opts}
+	for attempt := 1; ; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		err = r.start(port)
+		if err == nil {
+			return r, nil
+		}
+		if !errors.Is(err, errAddrInUse) || attempt == startAttempts {
+			return nil, fmt.Errorf("servers: start redis: %w", err)
+		}
+	}
+}
+
+// LogPath is the file redis-server writes its log to.
+func (r *Redis) LogPath() string { return filepath.Join(r.Dir, "redis.log") }
+
+func (r *Redis) args(port int) []string {
+	args := []string{
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--dir", r.Dir,
+		"--daemonize", "no",
+	}
+	if r.opts.Persist {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "everysec")
+	} else {
+		args = append(args, "--save", "", "--appendonly", "no")
+	}
+	if r.opts.Password != "" {
+		args = append(args, "--requirepass", r.opts.Password)
+	}
+	return append(args, r.opts.ExtraArgs...)
+}
+
+// start runs redis-server on port and waits for PING. The caller holds r.mu or owns r alone.
+func (r *Redis) start(port int) error {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	p, err := startProcess(r.bin, r.args(port), r.Dir, r.LogPath())
+	if err != nil {
+		return err
+	}
+	err = p.waitReady(func() error {
+		// A Redis loading its AOF answers -LOADING, which redisDo returns as an error.
+		_, err := redisDo(addr, r.opts.Password, "PING")
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	r.cmd, r.port, r.Addr = p, port, addr
+	return nil
+}
+
+// Kill stops redis-server with SIGKILL, as a crash would, and waits until it has exited.
+func (r *Redis) Kill() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return nil
+	}
+	return r.cmd.kill()
+}
+
+// Stop asks redis-server to shut down (SIGTERM) and waits; it kills it after 5s.
+func (r *Redis) Stop() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return nil
+	}
+	return r.cmd.stop(stopGrace)
+}
+
+// Restart starts redis-server again on the same port and directory, as after an outage, and
+// waits for PING. A server that is still running is stopped first. With Persist, the data written
+// before a Kill or Stop is loaded again.
+func (r *Redis) Restart() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil && !r.cmd.exited() {
+		if err := r.cmd.stop(stopGrace); err != nil {
+			return fmt.Errorf("servers: restart redis: %w", err)
+		}
+	}
+	return restartOnPort("redis", func() error { return r.start(r.port) })
+}
+
+// restartOnPort calls start until it succeeds, retrying for a few seconds while the port is
+// still held, e.g. by a client that grabbed it as an ephemeral port during the outage.
+func restartOnPort(what string, start func() error) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := start()
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, errAddrInUse) || time.Now().After(deadline) {
+			return fmt.Errorf("servers: restart %s: %w", what, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// RedisCluster is a Redis Cluster of masters without replicas, every node a child process.
+type RedisCluster struct {
+	Nodes []*Redis
+	Addrs []string // the nodes' addresses, in the order of Nodes
+}
+
+// StartRedisCluster starts masters redis-server nodes (at least 3, as redis-cli requires) in
+// dir/node<i>, joins them with `redis-cli --cluster create` and returns once every node reports
+// cluster_state:ok and knows every other node.
+func StartRedisCluster(dir string, masters int) (*RedisCluster, error) {
+	if masters < 3 {
+		return nil, fmt.Errorf("servers: redis cluster needs at least 3 masters, got %d", masters)
+	}
+	cli, err := LookPath("redis-cli")
+	if err != nil {
+		return nil, err
+	}
+	c := &RedisCluster{}
+	ok := false
+	defer func() {
+		if !ok {
+			c.Stop()
+		}
+	}()
+	for i := range masters {
+		n, err := startClusterNode(filepath.Join(dir, fmt.Sprintf("node%d", i)))
+		if err != nil {
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, n)
+		c.Addrs = append(c.Addrs, n.Addr)
+	}
+
+	args := append([]string{"--cluster", "create"}, c.Addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := runCommand(cli, args...); err != nil {
+		return nil, fmt.Errorf("servers: redis-cli --cluster create: %w\n%s", err, out)
+	}
+
+	want := fmt.Sprintf("cluster_known_nodes:%d", masters)
+	deadline := time.Now().Add(20 * time.Second)
+	for _, addr := range c.Addrs {
+		for {
+			info, err := redisDo(addr, "", "CLUSTER", "INFO")
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("servers: redis cluster node %s not ok after 20s: %v\n%s", addr, err, info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	ok = true
+	return c, nil
+}
+
+// startClusterNode starts one cluster-enabled node. The cluster bus gets its own free port
+// (cluster-port) rather than the default port+10000, which can be above 65535 or taken.
+func startClusterNode(dir string) (*Redis, error) {
+	for attempt := 1; ; attempt++ {
+		busPort, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		n, err := StartRedis(dir, RedisOptions{ExtraArgs: []string{
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-port", strconv.Itoa(busPort),
+			"--cluster-node-timeout", "2000",
+		}})
+		if err == nil {
+			return n, nil
+		}
+		if !errors.Is(err, errAddrInUse) || attempt == startAttempts {
+			return nil, err
+		}
+	}
+}
+
+// Stop stops every node, in parallel.
+func (c *RedisCluster) Stop() {
+	var wg sync.WaitGroup
+	for _, n := range c.Nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.Stop()
+		}()
+	}
+	wg.Wait()
+}
