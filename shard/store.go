@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -459,9 +460,9 @@ func (s *Store) Devices(ctx context.Context, ids []string) ([]Device, error) {
 		if err != nil {
 			return nil, fmt.Errorf("shard: read registry: %w", err)
 		}
-		if out[j], err = parseDevice(v); err != nil {
-			return nil, fmt.Errorf("shard: read registry: %w", err)
-		}
+		// A corrupt entry reads as unknown rather than stalling the batch
+		// that holds it: the device still fires, with the default type.
+		out[j], _ = parseDevice(v)
 	}
 	return out, nil
 }
@@ -542,6 +543,9 @@ func (s *Store) Heartbeat(ctx context.Context, replica string, now time.Time, tt
 	if err != nil {
 		return nil, fmt.Errorf("shard: scanner heartbeat: %w", err)
 	}
+	// The ZSET is ordered by expiry, which changes with every heartbeat;
+	// Assign needs an order every replica agrees on.
+	slices.Sort(live)
 	return live, nil
 }
 

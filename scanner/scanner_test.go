@@ -1,0 +1,753 @@
+package scanner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/rueidis"
+
+	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/internal/testenv"
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+const threshold = time.Second
+
+// harness is one test's Redis, NATS, store, publisher and event recorder.
+type harness struct {
+	t      *testing.T
+	ctx    context.Context
+	env    *testenv.Env
+	store  *shard.Store
+	topo   *shard.Watcher
+	thr    *shard.Thresholds
+	pub    *dispatch.Publisher
+	js     jetstream.JetStream
+	shards int
+	events *recorder
+}
+
+func newHarness(t *testing.T, shards int) *harness {
+	t.Helper()
+	env := testenv.New(t, testenv.Options{NATS: true})
+	ctx := context.Background()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{env.Redis.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	store := shard.NewStore(c, shard.NewKeys("sw"))
+	topo, err := shard.NewWatcher(ctx, store, shards, time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(env.NATS.URL, nats.ReconnectWait(50*time.Millisecond), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	pub, err := dispatch.New(ctx, nc, dispatch.Options{AckWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	sub, err := nc.Subscribe(pub.Subjects.All(), rec.record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, ctx: ctx, env: env, store: store, topo: topo, thr: shard.NewThresholds(store, threshold, nil),
+		pub: pub, js: js, shards: shards, events: rec}
+}
+
+// scanner returns a scanner with test timings, its metrics registry, and
+// opts changed by mod.
+func (h *harness) scanner(replica string, mod func(*Options)) (*Scanner, *prometheus.Registry) {
+	h.t.Helper()
+	opts := Options{Replica: replica, LeaseTTL: time.Second, Rebalance: 100 * time.Millisecond,
+		Poll: 10 * time.Millisecond, Batch: 64, Thresholds: h.thr}
+	if mod != nil {
+		mod(&opts)
+	}
+	reg := prometheus.NewRegistry()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("replica", replica)
+	s, err := New(opts, h.store, h.topo, h.pub, reg, log)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return s, reg
+}
+
+// run starts s and returns the function that stops it and waits for Run to
+// return. The test's cleanup stops it too, if the test did not.
+func (h *harness) run(s *Scanner) (stop func()) {
+	ctx, cancel := context.WithCancel(h.ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- s.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-errc:
+				if err != nil {
+					h.t.Errorf("Run returned %v, want nil", err)
+				}
+			case <-time.After(10 * time.Second):
+				h.t.Errorf("Run did not return within 10s of cancellation")
+			}
+		})
+	}
+	h.t.Cleanup(stop)
+	return stop
+}
+
+// advanceWatermark plays ingest: it moves the watermark to the clock every
+// 5ms until the returned function is called.
+func (h *harness) advanceWatermark() (stop func()) {
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			h.store.AdvanceWatermark(ctx, time.Now().UnixMilli(), time.Hour)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	h.t.Cleanup(stop)
+	return stop
+}
+
+// add puts entries into their shards.
+func (h *harness) add(es ...shard.Entry) {
+	h.t.Helper()
+	by := map[int][]shard.Entry{}
+	for _, e := range es {
+		i := shard.Of(e.ID, h.shards)
+		by[i] = append(by[i], e)
+	}
+	if _, err := h.store.Upsert(h.ctx, shard.Deadlines, by); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) score(id string) (int64, bool) {
+	h.t.Helper()
+	sc, ok, err := h.store.Score(h.ctx, shard.Deadlines, shard.Of(id, h.shards), id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return sc, ok
+}
+
+// streamLost returns the lost events stored in the stream: messages and
+// distinct ids. JetStream drops a re-publish with a known Nats-Msg-Id, so
+// this is what invariant 3 promises downstream.
+func (h *harness) streamLost() (msgs int, distinct map[string]int) {
+	h.t.Helper()
+	st, err := h.js.Stream(h.ctx, "SIGWATCH")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, err := st.Info(h.ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	distinct = map[string]int{}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := st.GetMsg(h.ctx, seq)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if !strings.HasPrefix(m.Subject, "sigwatch.lost.") {
+			continue
+		}
+		msgs++
+		distinct[m.Header.Get(nats.MsgIdHdr)]++
+	}
+	return msgs, distinct
+}
+
+// recorder keeps every event seen on a core subscription, with its arrival.
+type recorder struct {
+	mu        sync.Mutex
+	lost      []gotLost
+	recovered []dispatch.Recovered
+}
+
+type gotLost struct {
+	ev    dispatch.Lost
+	msgID string
+	at    time.Time
+}
+
+func (r *recorder) record(m *nats.Msg) {
+	at := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case strings.HasPrefix(m.Subject, "sigwatch.lost."):
+		var ev dispatch.Lost
+		json.Unmarshal(m.Data, &ev)
+		r.lost = append(r.lost, gotLost{ev: ev, msgID: m.Header.Get(nats.MsgIdHdr), at: at})
+	case strings.HasPrefix(m.Subject, "sigwatch.recovered."):
+		var ev dispatch.Recovered
+		json.Unmarshal(m.Data, &ev)
+		r.recovered = append(r.recovered, ev)
+	}
+}
+
+func (r *recorder) lostEvents() []gotLost {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.lost)
+}
+
+func (r *recorder) recoveredEvents() []dispatch.Recovered {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.recovered)
+}
+
+// lostOf returns the lost events of device id.
+func (r *recorder) lostOf(id string) []dispatch.Lost {
+	var out []dispatch.Lost
+	for _, g := range r.lostEvents() {
+		if g.ev.Device == id {
+			out = append(out, g.ev)
+		}
+	}
+	return out
+}
+
+// checkNoLeak fails if a goroutine started by a Scanner is still running.
+// Call it after every scanner of the test has stopped.
+func checkNoLeak(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		var leaked []string
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if strings.Contains(g, "sigwatch/scanner.(*Scanner)") || strings.Contains(g, "sigwatch/scanner.parallel") {
+				leaked = append(leaked, g)
+			}
+		}
+		if len(leaked) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d scanner goroutines after Run returned, want 0:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// value reads a counter or gauge.
+func value(c prometheus.Metric) float64 {
+	var m dto.Metric
+	c.Write(&m)
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	}
+	return 0
+}
+
+// observations returns the sample count of the histogram name in reg.
+func observations(t *testing.T, reg *prometheus.Registry, name string) int {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.Metric) == 1 {
+			return int(mf.Metric[0].GetHistogram().GetSampleCount())
+		}
+	}
+	return -1
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+// TestFiresOnceNeverEarly proves invariants 1 and 3: every deadline fires
+// exactly once, never before it, and the fired entries leave their shards.
+func TestFiresOnceNeverEarly(t *testing.T) {
+	h := newHarness(t, 4)
+	h.advanceWatermark()
+	start := time.Now()
+	const n = 300
+	want := map[string]int64{}
+	var es []shard.Entry
+	for k := range n {
+		e := shard.Entry{ID: fmt.Sprintf("dev-%03d", k), Deadline: start.Add(300*time.Millisecond + time.Duration(k)*10*time.Millisecond).UnixMilli()}
+		es = append(es, e)
+		want[e.ID] = e.Deadline
+	}
+	h.add(es...)
+	s, reg := h.scanner("a", nil)
+	stop := h.run(s)
+
+	testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("%d lost events", n), func() bool { return len(h.events.lostEvents()) >= n })
+	// Give a duplicate the time to show up.
+	time.Sleep(100 * time.Millisecond)
+	stop()
+	checkNoLeak(t)
+
+	got := h.events.lostEvents()
+	if len(got) != n {
+		t.Errorf("got %d lost events, want %d (one per deadline)", len(got), n)
+	}
+	seen := map[string]bool{}
+	var lags, arrivals []time.Duration
+	for _, g := range got {
+		ev := g.ev
+		if seen[ev.Device] {
+			t.Errorf("%s fired twice", ev.Device)
+		}
+		seen[ev.Device] = true
+		if ev.Deadline != want[ev.Device] {
+			t.Errorf("%s: got deadline %d, want %d", ev.Device, ev.Deadline, want[ev.Device])
+		}
+		if ev.FiredAt < ev.Deadline || g.at.UnixMilli() < ev.Deadline {
+			t.Errorf("%s fired early: fired_at %d, arrived %d, deadline %d", ev.Device, ev.FiredAt, g.at.UnixMilli(), ev.Deadline)
+		}
+		if ev.LastSeen != ev.Deadline-threshold.Milliseconds() || ev.Shard != shard.Of(ev.Device, 4) {
+			t.Errorf("%s: got last_seen %d shard %d, want %d and %d", ev.Device, ev.LastSeen, ev.Shard, ev.Deadline-1000, shard.Of(ev.Device, 4))
+		}
+		if ev.ID != dispatch.LostID(ev.Device, ev.Deadline) || g.msgID != ev.ID {
+			t.Errorf("%s: got id %q, Nats-Msg-Id %q, want both %q", ev.Device, ev.ID, g.msgID, dispatch.LostID(ev.Device, ev.Deadline))
+		}
+		lags = append(lags, time.Duration(ev.FiredAt-ev.Deadline)*time.Millisecond)
+		arrivals = append(arrivals, g.at.Sub(time.UnixMilli(ev.Deadline)))
+	}
+	if len(lags) > 0 {
+		t.Logf("fire lag (fired_at - deadline): p50 %v p99 %v; arrival lag: p50 %v p99 %v",
+			percentile(lags, 0.5), percentile(lags, 0.99), percentile(arrivals, 0.5), percentile(arrivals, 0.99))
+	}
+	if msgs, distinct := h.streamLost(); msgs != n || len(distinct) != n {
+		t.Errorf("stream holds %d lost messages with %d distinct ids, want %d and %d", msgs, len(distinct), n, n)
+	}
+	for i := range 4 {
+		if size, _ := h.store.Size(h.ctx, shard.Deadlines, i); size != 0 {
+			t.Errorf("shard %d still holds %d entries, want 0", i, size)
+		}
+		if owner, _ := h.store.Owner(h.ctx, i); owner != "" {
+			t.Errorf("shard %d lease %q after shutdown, want released", i, owner)
+		}
+	}
+	devs, err := h.store.Devices(h.ctx, []string{"dev-000"})
+	if err != nil || devs[0].LostDeadline != want["dev-000"] {
+		t.Errorf("registry of dev-000: got %+v (%v), want lost at %d", devs, err, want["dev-000"])
+	}
+	if got := value(s.m.lost); got != n {
+		t.Errorf("lost_total = %v, want %d", got, n)
+	}
+	if c := observations(t, reg, "sigwatch_scanner_fire_lag_seconds"); c != n {
+		t.Errorf("fire_lag_seconds holds %d observations, want %d", c, n)
+	}
+}
+
+// TestResetBetweenClaimAndSettleSurvives proves invariant 4 through the
+// scanner: a reset (ZADD GT) that lands after the claim and the publish
+// survives the settle with its new deadline, and the device, already
+// announced lost, is announced recovered.
+func TestResetBetweenClaimAndSettleSurvives(t *testing.T) {
+	h := newHarness(t, 1)
+	h.advanceWatermark()
+	deadline := time.Now().Add(-50 * time.Millisecond).UnixMilli()
+	reset := time.Now().Add(time.Hour).UnixMilli()
+	h.add(shard.Entry{ID: "dev", Deadline: deadline})
+	s, _ := h.scanner("a", nil)
+	var resets atomic.Int32
+	s.afterPublish = func(i int) {
+		if resets.Add(1) == 1 {
+			h.add(shard.Entry{ID: "dev", Deadline: reset})
+		}
+	}
+	stop := h.run(s)
+	testenv.WaitFor(t, 5*time.Second, "a recovered event", func() bool { return len(h.events.recoveredEvents()) > 0 })
+	stop()
+	checkNoLeak(t)
+
+	if got := h.events.lostOf("dev"); len(got) != 1 || got[0].Deadline != deadline {
+		t.Errorf("got lost events %+v, want one at %d", got, deadline)
+	}
+	if sc, ok := h.score("dev"); !ok || sc != reset {
+		t.Errorf("got score %d (present %v), want the reset deadline %d", sc, ok, reset)
+	}
+	want := dispatch.Recovered{ID: dispatch.RecoveredID("dev", deadline), Device: "dev", LostAt: deadline,
+		RecoveredAt: reset - threshold.Milliseconds()}
+	if got := h.events.recoveredEvents(); len(got) != 1 || got[0] != want {
+		t.Errorf("got recovered %+v, want [%+v]", got, want)
+	}
+	devs, _ := h.store.Devices(h.ctx, []string{"dev"})
+	if devs[0].LostDeadline != 0 {
+		t.Errorf("registry lost mark %d, want cleared", devs[0].LostDeadline)
+	}
+	if got := value(s.m.revived); got != 1 {
+		t.Errorf("revived_total = %v, want 1", got)
+	}
+}
+
+// TestStolenLeaseChangesNothing proves invariant 5 through the scanner: once
+// its lease is taken by another owner, a scanner can neither settle the batch
+// it claimed nor claim again; its loop stops and nothing is removed.
+func TestStolenLeaseChangesNothing(t *testing.T) {
+	h := newHarness(t, 1)
+	h.advanceWatermark()
+	first := time.Now().Add(-50 * time.Millisecond).UnixMilli()
+	h.add(shard.Entry{ID: "first", Deadline: first})
+	s, _ := h.scanner("a", nil)
+	var thief shard.Lease
+	var steals atomic.Int32
+	s.afterPublish = func(i int) {
+		if steals.Add(1) != 1 {
+			return
+		}
+		// The lease expires while the batch is in flight and another
+		// replica takes the shard.
+		c := h.store.Client()
+		if err := c.Do(h.ctx, c.B().Del().Key(h.store.Keys().Owner(0)).Build()).Error(); err != nil {
+			t.Error(err)
+		}
+		l, ok, err := h.store.Acquire(h.ctx, 0, "thief", time.Minute)
+		if err != nil || !ok {
+			t.Errorf("thief acquire: ok %v err %v", ok, err)
+		}
+		thief = l
+	}
+	stop := h.run(s)
+	testenv.WaitFor(t, 5*time.Second, "the scanner to give shard 0 up", func() bool {
+		return steals.Load() > 0 && len(s.Owned()) == 0
+	})
+	// A new due entry: the old owner must not claim it.
+	late := time.Now().Add(-10 * time.Millisecond).UnixMilli()
+	h.add(shard.Entry{ID: "late", Deadline: late})
+	time.Sleep(300 * time.Millisecond) // Several polls and rebalances.
+	stop()
+	checkNoLeak(t)
+
+	if sc, ok := h.score("first"); !ok || sc != first {
+		t.Errorf("first: got score %d (present %v), want %d: a fenced settle removed it", sc, ok, first)
+	}
+	if sc, ok := h.score("late"); !ok || sc != late {
+		t.Errorf("late: got score %d (present %v), want %d", sc, ok, late)
+	}
+	if got := h.events.lostOf("late"); len(got) != 0 {
+		t.Errorf("late fired %d times by a scanner without the lease, want 0", len(got))
+	}
+	if got := value(s.m.leaseLost); got != 1 {
+		t.Errorf("lease_lost_total = %v, want 1", got)
+	}
+	if v, _ := h.store.Owner(h.ctx, 0); v != thief.Value {
+		t.Errorf("owner %q after the old owner stopped, want the thief's %q untouched", v, thief.Value)
+	}
+}
+
+// TestTwoReplicasSplitAndTakeOver proves ownership: two replicas split 16
+// shards 8/8; when one stops, the other owns all 16 within LeaseTTL +
+// Rebalance; and across the hand-over every deadline fires exactly once in
+// the stream (invariants 2 and 3).
+func TestTwoReplicasSplitAndTakeOver(t *testing.T) {
+	h := newHarness(t, 16)
+	h.advanceWatermark()
+	start := time.Now()
+	const n = 400
+	var es []shard.Entry
+	for k := range n {
+		es = append(es, shard.Entry{ID: fmt.Sprintf("dev-%03d", k), Deadline: start.Add(500*time.Millisecond + time.Duration(k)*6*time.Millisecond).UnixMilli()})
+	}
+	h.add(es...)
+	a, _ := h.scanner("a", nil)
+	b, _ := h.scanner("b", nil)
+	stopA := h.run(a)
+	stopB := h.run(b)
+
+	testenv.WaitFor(t, 3*time.Second, "an 8/8 split", func() bool {
+		oa, ob := a.Owned(), b.Owned()
+		return len(oa) == 8 && len(ob) == 8 && len(slices.Compact(slices.Sorted(slices.Values(append(oa, ob...))))) == 16
+	})
+	t.Logf("split: a %v, b %v", a.Owned(), b.Owned())
+
+	// Stop b while deadlines are firing.
+	testenv.WaitFor(t, 5*time.Second, "firing to be under way", func() bool { return len(h.events.lostEvents()) > n/4 })
+	stopped := time.Now()
+	stopB()
+	bound := a.opts.LeaseTTL + a.opts.Rebalance
+	testenv.WaitFor(t, bound, "a to own all 16 shards", func() bool { return len(a.Owned()) == 16 })
+	t.Logf("a owned all shards %v after b was told to stop", time.Since(stopped).Round(time.Millisecond))
+
+	testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("%d distinct lost ids in the stream", n), func() bool {
+		_, distinct := h.streamLost()
+		return len(distinct) >= n
+	})
+	time.Sleep(100 * time.Millisecond)
+	stopA()
+	checkNoLeak(t)
+
+	msgs, distinct := h.streamLost()
+	if msgs != n || len(distinct) != n {
+		t.Errorf("stream holds %d lost messages with %d distinct ids, want %d and %d", msgs, len(distinct), n, n)
+	}
+	for _, e := range es {
+		if distinct[dispatch.LostID(e.ID, e.Deadline)] != 1 {
+			t.Errorf("%s: %d stream messages for its deadline, want 1", e.ID, distinct[dispatch.LostID(e.ID, e.Deadline)])
+		}
+	}
+	t.Logf("core subscription saw %d lost messages", len(h.events.lostEvents()))
+	live, _ := h.store.Heartbeat(h.ctx, "probe", time.Now(), time.Millisecond)
+	if slices.Contains(live, "a") || slices.Contains(live, "b") {
+		t.Errorf("live replicas %v after both stopped, want a and b gone", live)
+	}
+}
+
+// TestDeadReplicaShardsTakenOver proves invariant 2 across a crash: shards
+// leased by a replica that died without releasing them are taken over within
+// about the lease time, and their expiries fire.
+func TestDeadReplicaShardsTakenOver(t *testing.T) {
+	h := newHarness(t, 16)
+	h.advanceWatermark()
+	const ttl = time.Second
+	// The ghost heartbeats once and takes its shards, then dies.
+	died := time.Now()
+	if _, err := h.store.Heartbeat(h.ctx, "ghost", died, ttl); err != nil {
+		t.Fatal(err)
+	}
+	ghostShards := shard.Assign(16, []string{"a", "ghost"}, "ghost")
+	for _, i := range ghostShards {
+		if _, ok, err := h.store.Acquire(h.ctx, i, "ghost", ttl); err != nil || !ok {
+			t.Fatalf("ghost acquire %d: %v %v", i, ok, err)
+		}
+	}
+	var es []shard.Entry
+	for k := range 64 {
+		es = append(es, shard.Entry{ID: fmt.Sprintf("dev-%02d", k), Deadline: died.Add(-time.Duration(k) * time.Millisecond).UnixMilli()})
+	}
+	h.add(es...)
+	a, _ := h.scanner("a", nil)
+	stop := h.run(a)
+
+	testenv.WaitFor(t, ttl+2*a.opts.Rebalance+200*time.Millisecond, "a to own all 16 shards", func() bool { return len(a.Owned()) == 16 })
+	t.Logf("took over the dead replica's shards %v after its last heartbeat", time.Since(died).Round(time.Millisecond))
+	testenv.WaitFor(t, 5*time.Second, "every expiry to fire", func() bool { return len(h.events.lostEvents()) >= len(es) })
+	stop()
+	checkNoLeak(t)
+	if msgs, distinct := h.streamLost(); msgs != len(es) || len(distinct) != len(es) {
+		t.Errorf("stream holds %d lost messages with %d distinct ids, want %d and %d", msgs, len(distinct), len(es), len(es))
+	}
+}
+
+// TestOutageDefersInsteadOfFiring proves invariant 6: nothing fires past a
+// stalled watermark, and after a jump that records an outage, a device whose
+// silence window overlapped the outage is deferred to a threshold after it,
+// not fired; a device whose window did not overlap fires.
+func TestOutageDefersInsteadOfFiring(t *testing.T) {
+	h := newHarness(t, 1)
+	const gap = 200 * time.Millisecond
+	t0 := time.Now().UnixMilli()
+	if _, err := h.store.AdvanceWatermark(h.ctx, t0, gap); err != nil {
+		t.Fatal(err)
+	}
+	h.add(shard.Entry{ID: "before", Deadline: t0 - 100}, shard.Entry{ID: "b", Deadline: t0 + 300}, shard.Entry{ID: "c", Deadline: t0 + 600})
+	s, _ := h.scanner("a", nil)
+	stop := h.run(s)
+
+	testenv.WaitFor(t, 3*time.Second, "the device due before the watermark to fire", func() bool { return len(h.events.lostOf("before")) == 1 })
+	// The watermark stalls at t0 while the clock passes b's and c's deadlines.
+	for time.Now().UnixMilli() < t0+800 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, id := range []string{"b", "c"} {
+		if got := h.events.lostOf(id); len(got) != 0 {
+			t.Errorf("%s fired past the stalled watermark: %+v", id, got)
+		}
+	}
+
+	// Ingest comes back: the watermark jumps and the gap becomes an outage.
+	t1 := time.Now().UnixMilli()
+	if _, err := h.store.AdvanceWatermark(h.ctx, t1, gap); err != nil {
+		t.Fatal(err)
+	}
+	if _, outs, _ := h.store.Watermark(h.ctx); !slices.Equal(outs, []shard.Outage{{Start: t0, End: t1}}) {
+		t.Fatalf("got outages %v, want [%d:%d]", outs, t0, t1)
+	}
+	// A device silent since long before the outage is not protected by it.
+	h.add(shard.Entry{ID: "e", Deadline: t0 - 200})
+	wantDeferred := t1 + threshold.Milliseconds()
+	testenv.WaitFor(t, 3*time.Second, "b and c to be deferred", func() bool {
+		sb, _ := h.score("b")
+		sc, _ := h.score("c")
+		return sb == wantDeferred && sc == wantDeferred
+	})
+	testenv.WaitFor(t, 3*time.Second, "e to fire", func() bool { return len(h.events.lostOf("e")) == 1 })
+	for _, id := range []string{"b", "c"} {
+		if got := h.events.lostOf(id); len(got) != 0 {
+			t.Errorf("%s fired although its silence overlapped the outage: %+v", id, got)
+		}
+	}
+	if got := value(s.m.deferred); got != 2 {
+		t.Errorf("deferred_total = %v, want 2", got)
+	}
+
+	// Still silent a threshold after the outage: now they are lost.
+	h.advanceWatermark()
+	testenv.WaitFor(t, 5*time.Second, "b and c to fire after the deferral", func() bool {
+		return len(h.events.lostOf("b")) == 1 && len(h.events.lostOf("c")) == 1
+	})
+	stop()
+	checkNoLeak(t)
+	for _, id := range []string{"b", "c"} {
+		ev := h.events.lostOf(id)[0]
+		if ev.Deadline != wantDeferred || ev.LastSeen != t1 || ev.FiredAt < wantDeferred {
+			t.Errorf("%s: got deadline %d last_seen %d fired_at %d, want %d, %d and not before the deadline",
+				id, ev.Deadline, ev.LastSeen, ev.FiredAt, wantDeferred, t1)
+		}
+	}
+}
+
+// TestNoWatermarkFiresNothing proves invariant 6 before ingest ever ran:
+// with no watermark nothing is known to be silent, so nothing fires.
+func TestNoWatermarkFiresNothing(t *testing.T) {
+	h := newHarness(t, 2)
+	past := time.Now().Add(-time.Minute).UnixMilli()
+	h.add(shard.Entry{ID: "x", Deadline: past}, shard.Entry{ID: "y", Deadline: past + 1})
+	s, _ := h.scanner("a", nil)
+	stop := h.run(s)
+	testenv.WaitFor(t, 3*time.Second, "the scanner to own both shards", func() bool { return len(s.Owned()) == 2 })
+	time.Sleep(300 * time.Millisecond) // Many polls.
+	if got := h.events.lostEvents(); len(got) != 0 {
+		t.Errorf("got %d lost events with no watermark, want 0", len(got))
+	}
+	for _, id := range []string{"x", "y"} {
+		if _, ok := h.score(id); !ok {
+			t.Errorf("%s removed with no watermark, want kept", id)
+		}
+	}
+	// The scanner was alive all along: once ingest runs, both fire.
+	h.advanceWatermark()
+	testenv.WaitFor(t, 3*time.Second, "both to fire once a watermark exists", func() bool { return len(h.events.lostEvents()) == 2 })
+	stop()
+	checkNoLeak(t)
+}
+
+// TestNATSOutageLosesNothing proves invariants 2 and 3 across a NATS outage:
+// expiries that cannot be published stay in their shard and are retried, and
+// once NATS is back each fires, once in the stream even though messages
+// buffered during the outage are delivered as well.
+func TestNATSOutageLosesNothing(t *testing.T) {
+	h := newHarness(t, 2)
+	h.advanceWatermark()
+	s, _ := h.scanner("a", nil)
+	stop := h.run(s)
+	testenv.WaitFor(t, 3*time.Second, "the scanner to own both shards", func() bool { return len(s.Owned()) == 2 })
+
+	h.env.NATS.Shutdown()
+	const n = 20
+	var es []shard.Entry
+	for k := range n {
+		es = append(es, shard.Entry{ID: fmt.Sprintf("dev-%02d", k), Deadline: time.Now().Add(50 * time.Millisecond).UnixMilli()})
+	}
+	h.add(es...)
+	testenv.WaitFor(t, 5*time.Second, "publish errors", func() bool { return value(s.m.publishErrors) > 0 })
+	for _, e := range es {
+		if sc, ok := h.score(e.ID); !ok || sc != e.Deadline {
+			t.Errorf("%s: got score %d (present %v) during the outage, want %d kept", e.ID, sc, ok, e.Deadline)
+		}
+	}
+
+	if err := h.env.NATS.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "every expiry in the stream and out of its shard", func() bool {
+		_, distinct := h.streamLost()
+		s0, _ := h.store.Size(h.ctx, shard.Deadlines, 0)
+		s1, _ := h.store.Size(h.ctx, shard.Deadlines, 1)
+		return len(distinct) == n && s0+s1 == 0
+	})
+	stop()
+	checkNoLeak(t)
+	if msgs, distinct := h.streamLost(); msgs != n || len(distinct) != n {
+		t.Errorf("stream holds %d lost messages with %d distinct ids, want %d and %d", msgs, len(distinct), n, n)
+	}
+	t.Logf("publish errors during the outage: %v", value(s.m.publishErrors))
+}
+
+// TestFireHookSettlesWhatItHandled proves the Fire option: a batch goes to
+// Fire instead of lost-event publishing, what it handled is removed, what it
+// moved is re-scored, and nothing is published.
+func TestFireHookSettlesWhatItHandled(t *testing.T) {
+	h := newHarness(t, 1)
+	h.advanceWatermark()
+	due := time.Now().Add(-10 * time.Millisecond).UnixMilli()
+	later := time.Now().Add(time.Hour).UnixMilli()
+	h.add(shard.Entry{ID: "done", Deadline: due}, shard.Entry{ID: "again", Deadline: due})
+	var calls atomic.Int32
+	s, _ := h.scanner("a", func(o *Options) {
+		o.Family = shard.Deadlines
+		o.Fire = func(ctx context.Context, i int, es []shard.Entry, now time.Time) ([]shard.Entry, []shard.Move) {
+			calls.Add(1)
+			var handled []shard.Entry
+			var moves []shard.Move
+			for _, e := range es {
+				if e.ID == "again" {
+					moves = append(moves, shard.Move{ID: e.ID, From: e.Deadline, To: later})
+				} else {
+					handled = append(handled, e)
+				}
+			}
+			return handled, moves
+		}
+	})
+	stop := h.run(s)
+	testenv.WaitFor(t, 3*time.Second, "the batch to be settled", func() bool {
+		_, present := h.score("done")
+		sc, _ := h.score("again")
+		return !present && sc == later
+	})
+	stop()
+	checkNoLeak(t)
+	if got := calls.Load(); got != 1 {
+		t.Errorf("Fire called %d times, want 1", got)
+	}
+	if got := h.events.lostEvents(); len(got) != 0 {
+		t.Errorf("got %d lost events with a Fire hook, want 0", len(got))
+	}
+}
