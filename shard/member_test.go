@@ -76,3 +76,24 @@ func TestMemberWatermark(t *testing.T) {
 		t.Fatalf("members after leave = %v, want only g|a", ms)
 	}
 }
+
+// TestHeadAndScore reads single entries back through plain commands, whose
+// replies differ from the scripts' (RESP3 pairs).
+func TestHeadAndScore(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	if _, ok, err := s.Head(ctx, shard.Deadlines, 3); err != nil || ok {
+		t.Fatalf("head of empty shard: ok %v err %v, want none", ok, err)
+	}
+	es := []shard.Entry{{ID: "b", Deadline: 2000}, {ID: "a", Deadline: 1000}}
+	if _, err := s.Upsert(ctx, shard.Deadlines, map[int][]shard.Entry{3: es}); err != nil {
+		t.Fatal(err)
+	}
+	h, ok, err := s.Head(ctx, shard.Deadlines, 3)
+	if err != nil || !ok || h != es[1] {
+		t.Fatalf("head = %+v %v %v, want %+v", h, ok, err, es[1])
+	}
+	if d, ok, err := s.Score(ctx, shard.Deadlines, 3, "b"); err != nil || !ok || d != 2000 {
+		t.Fatalf("score of b = %d %v %v, want 2000", d, ok, err)
+	}
+}

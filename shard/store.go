@@ -35,11 +35,13 @@ func (s *Store) Client() rueidis.Client { return s.c }
 func (s *Store) Keys() Keys { return s.k }
 
 // Topology is the shard layout: N shards, the N before the last doubling
-// while it drains (0 otherwise), and an epoch that grows with each change.
+// while it drains (0 otherwise), an epoch that grows with each change, and
+// when the last change happened (unix ms, 0 before the first doubling).
 type Topology struct {
 	Shards int   `json:"shards"`
 	Prev   int   `json:"prev"`
 	Epoch  int64 `json:"epoch"`
+	Since  int64 `json:"since,omitempty"`
 }
 
 // Draining reports whether a doubling is still draining.
@@ -78,6 +80,7 @@ func (s *Store) Topology(ctx context.Context) (Topology, error) {
 	t.Shards, _ = strconv.Atoi(m["shards"])
 	t.Prev, _ = strconv.Atoi(m["prev"])
 	t.Epoch, _ = strconv.ParseInt(m["epoch"], 10, 64)
+	t.Since, _ = strconv.ParseInt(m["since"], 10, 64)
 	if err := ValidCount(t.Shards); err != nil {
 		return Topology{}, fmt.Errorf("shard: topology in Redis is corrupt: %w", err)
 	}
@@ -88,31 +91,47 @@ func (s *Store) Topology(ctx context.Context) (Topology, error) {
 // per shard, all shards in one round trip. It returns the ids that were
 // absent: first seen, or back after being lost. The write is idempotent and
 // may be retried.
+//
+// Upsert is not fenced against a doubling: the caller must have placed
+// byShard under the topology in force. Writers that may lag behind the
+// topology (ingest) use a Writer, which places, fences and re-places.
 func (s *Store) Upsert(ctx context.Context, f Family, byShard map[int][]Entry) ([]string, error) {
+	added, _, err := s.UpsertAt(ctx, f, 0, byShard)
+	return added, err
+}
+
+// UpsertAt is Upsert by a writer that placed byShard under the topology of
+// epoch (0: not checked). Shards whose floor is above epoch refuse the
+// write and are returned in refused: nothing was written to them, and their
+// entries must be placed again under a newer topology.
+func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map[int][]Entry) (added []string, refused []int, err error) {
 	if len(byShard) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
+	ep := strconv.FormatInt(epoch, 10)
+	shards := make([]int, 0, len(byShard))
 	execs := make([]rueidis.LuaExec, 0, len(byShard))
 	for i, es := range byShard {
-		args := make([]string, 0, 2*len(es))
+		args := make([]string, 0, 1+2*len(es))
+		args = append(args, ep)
 		for _, e := range es {
 			args = append(args, strconv.FormatInt(e.Deadline, 10), e.ID)
 		}
-		execs = append(execs, rueidis.LuaExec{Keys: []string{s.k.Timers(f, i)}, Args: args})
+		shards = append(shards, i)
+		execs = append(execs, rueidis.LuaExec{Keys: []string{s.k.Timers(f, i), s.k.Layout(i)}, Args: args})
 	}
-	var added []string
-	var firstErr error
-	for _, r := range upsertScript.ExecMulti(ctx, s.c, execs...) {
-		ids, err := r.AsStrSlice()
-		if err != nil {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("shard: upsert: %w", err)
-			}
-			continue
+	for j, r := range upsertScript.ExecMulti(ctx, s.c, execs...) {
+		ids, rerr := r.AsStrSlice()
+		switch {
+		case rerr == nil:
+			added = append(added, ids...)
+		case strings.HasPrefix(rerr.Error(), "STALE"):
+			refused = append(refused, shards[j])
+		case err == nil:
+			err = fmt.Errorf("shard: upsert: %w", rerr)
 		}
-		added = append(added, ids...)
 	}
-	return added, firstErr
+	return added, refused, err
 }
 
 // Set writes one deadline unconditionally (ZADD without GT), for changes that
@@ -136,6 +155,30 @@ func (s *Store) Score(ctx context.Context, f Family, i int, id string) (int64, b
 		return 0, false, fmt.Errorf("shard: score in shard %d: %w", i, err)
 	}
 	return int64(v), true, nil
+}
+
+// Scores returns the deadline of each ids[j] in shard shards[j], in one
+// round trip; ok[j] is false where it is absent.
+func (s *Store) Scores(ctx context.Context, f Family, shards []int, ids []string) (scores []int64, ok []bool, err error) {
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	cmds := make(rueidis.Commands, len(ids))
+	for j, id := range ids {
+		cmds[j] = s.c.B().Zscore().Key(s.k.Timers(f, shards[j])).Member(id).Build()
+	}
+	scores, ok = make([]int64, len(ids)), make([]bool, len(ids))
+	for j, r := range s.c.DoMulti(ctx, cmds...) {
+		v, err := r.AsFloat64()
+		if rueidis.IsRedisNil(err) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("shard: scores: %w", err)
+		}
+		scores[j], ok[j] = int64(v), true
+	}
+	return scores, ok, nil
 }
 
 // Remove deletes id from shard i unconditionally (the device is no longer
@@ -170,31 +213,48 @@ func (s *Store) Head(ctx context.Context, f Family, i int) (Entry, bool, error) 
 	return es[0], true, nil
 }
 
-// Claim reads up to limit members of shard i due at or before horizon, and
-// the shard's head (the earliest member, due or not). It fails with
-// ErrNotOwner unless lease is still the shard's lease.
-func (s *Store) Claim(ctx context.Context, f Family, i int, lease Lease, horizon int64, limit int) (due []Entry, head Entry, hasHead bool, err error) {
-	v, err := claimScript.Exec(ctx, s.c, []string{s.k.Timers(f, i), s.k.Owner(i)},
+// Claimed is the outcome of Claim.
+type Claimed struct {
+	// Due are the members due at or before the horizon, earliest first.
+	Due []Entry
+	// Head is the shard's earliest member, due or not, if HasHead.
+	Head    Entry
+	HasHead bool
+	// Layout is the largest shard count writers may place the shard's
+	// timers under (0 when never set). A value above the topology a scanner
+	// knows says a doubling is being published: the scanner must check moved
+	// members against their partner shards before it has seen the topology.
+	Layout int
+}
+
+// Claim reads up to limit members of shard i due at or before horizon, the
+// shard's head and its layout. It fails with ErrNotOwner unless lease is
+// still the shard's lease.
+func (s *Store) Claim(ctx context.Context, f Family, i int, lease Lease, horizon int64, limit int) (Claimed, error) {
+	v, err := claimScript.Exec(ctx, s.c, []string{s.k.Timers(f, i), s.k.Owner(i), s.k.Layout(i)},
 		[]string{lease.Value, strconv.FormatInt(horizon, 10), strconv.Itoa(limit)}).ToArray()
 	if err != nil {
-		return nil, Entry{}, false, fenceErr("claim", i, err)
+		return Claimed{}, fenceErr("claim", i, err)
 	}
-	if len(v) != 2 {
-		return nil, Entry{}, false, fmt.Errorf("shard: claim shard %d: unexpected reply", i)
+	if len(v) != 3 {
+		return Claimed{}, fmt.Errorf("shard: claim shard %d: unexpected reply", i)
 	}
+	var c Claimed
 	dueRaw, _ := v[0].ToArray()
 	headRaw, _ := v[1].ToArray()
-	if due, err = parseEntries(dueRaw); err != nil {
-		return nil, Entry{}, false, fmt.Errorf("shard: claim shard %d: %w", i, err)
+	layout, _ := v[2].AsInt64()
+	c.Layout = int(layout)
+	if c.Due, err = parseEntries(dueRaw); err != nil {
+		return Claimed{}, fmt.Errorf("shard: claim shard %d: %w", i, err)
 	}
 	hs, err := parseEntries(headRaw)
 	if err != nil {
-		return nil, Entry{}, false, fmt.Errorf("shard: claim shard %d: %w", i, err)
+		return Claimed{}, fmt.Errorf("shard: claim shard %d: %w", i, err)
 	}
 	if len(hs) > 0 {
-		head, hasHead = hs[0], true
+		c.Head, c.HasHead = hs[0], true
 	}
-	return due, head, hasHead, nil
+	return c, nil
 }
 
 // Move is a deferred entry: if its score is still From, it becomes To.
@@ -251,8 +311,20 @@ func fenceErr(op string, i int, err error) error {
 	return fmt.Errorf("shard: %s shard %d: %w", op, i, err)
 }
 
-// parseEntries reads a flat (member, score, ...) reply.
+// parseEntries reads a flat (member, score, ...) reply, as scripts return
+// it, or RESP3's list of (member, score) pairs.
 func parseEntries(v []rueidis.RedisMessage) ([]Entry, error) {
+	if len(v) > 0 && v[0].IsArray() {
+		flat := make([]rueidis.RedisMessage, 0, 2*len(v))
+		for _, pair := range v {
+			p, err := pair.ToArray()
+			if err != nil || len(p) != 2 {
+				return nil, errors.New("malformed member/score pair")
+			}
+			flat = append(flat, p...)
+		}
+		v = flat
+	}
 	if len(v)%2 != 0 {
 		return nil, errors.New("odd member/score reply")
 	}

@@ -1,0 +1,357 @@
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// routes is the admin API. /metrics, /healthz and /readyz are open (they
+// carry no device data); /v1 needs the bearer token when one is set.
+func (a *App) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", a.readyz)
+
+	v1 := http.NewServeMux()
+	v1.HandleFunc("GET /v1/devices/{id}", a.getDevice)
+	v1.HandleFunc("DELETE /v1/devices/{id}", a.deleteDevice)
+	v1.HandleFunc("PUT /v1/devices/{id}/threshold", a.putThreshold)
+	v1.HandleFunc("POST /v1/signals", a.postSignals)
+	v1.HandleFunc("GET /v1/shards", a.getShards)
+	mux.Handle("/v1/", a.auth(v1))
+	return mux
+}
+
+func (a *App) auth(next http.Handler) http.Handler {
+	if a.cfg.HTTP.Token == "" {
+		return next
+	}
+	want := []byte("Bearer " + a.cfg.HTTP.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+func (a *App) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	var problems []string
+	if err := a.rc.Do(ctx, a.rc.B().Ping().Build()).Error(); err != nil {
+		problems = append(problems, "redis: "+err.Error())
+	}
+	if !a.nc.IsConnected() {
+		problems = append(problems, "nats: not connected")
+	}
+	if a.in != nil && !a.in.Connected() {
+		problems = append(problems, "mqtt: not connected")
+	}
+	if len(problems) > 0 {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "problems": problems})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ready": true})
+}
+
+// validID refuses ids ingest would refuse, so the API cannot create devices
+// MQTT never could.
+func (a *App) validID(id string) error {
+	switch {
+	case id == "":
+		return errors.New("empty device id")
+	case len(id) > a.cfg.Ingest.MaxIDLen:
+		return fmt.Errorf("device id longer than %d bytes", a.cfg.Ingest.MaxIDLen)
+	case !utf8.ValidString(id):
+		return errors.New("device id is not valid UTF-8")
+	case strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return errors.New("device id contains control characters")
+	}
+	return nil
+}
+
+// deviceView is the API's answer about one device.
+type deviceView struct {
+	Device       string `json:"device"`
+	Type         string `json:"type"`
+	Watched      bool   `json:"watched"`
+	Shard        int    `json:"shard"`
+	Deadline     int64  `json:"deadline,omitempty"`
+	LastSeen     int64  `json:"last_seen,omitempty"`
+	ThresholdMS  int64  `json:"threshold_ms"`
+	FirstSeen    int64  `json:"first_seen,omitempty"`
+	Lost         bool   `json:"lost"`
+	LostDeadline int64  `json:"lost_deadline,omitempty"`
+	LostAt       int64  `json:"lost_at,omitempty"`
+}
+
+// locate returns the shards that may hold id: its shard now and, while a
+// doubling drains, its shard before it.
+func locate(t shard.Topology, id string) []int {
+	cur := shard.Of(id, t.Shards)
+	if t.Prev != 0 {
+		if old := shard.Of(id, t.Prev); old != cur {
+			return []int{cur, old}
+		}
+	}
+	return []int{cur}
+}
+
+func (a *App) device(ctx context.Context, id string) (deviceView, error) {
+	t := a.topo.Current()
+	v := deviceView{Device: id}
+	for j, i := range locate(t, id) {
+		d, ok, err := a.store.Score(ctx, shard.Deadlines, i, id)
+		if err != nil {
+			return v, err
+		}
+		if j == 0 {
+			v.Shard = i
+		}
+		if ok && d > v.Deadline {
+			v.Watched, v.Deadline, v.Shard = true, d, i
+		}
+	}
+	ds, err := a.store.Devices(ctx, []string{id})
+	if err != nil {
+		return v, err
+	}
+	reg := ds[0]
+	v.Type, v.FirstSeen = reg.Type, reg.FirstSeen
+	v.Lost, v.LostDeadline, v.LostAt = reg.LostDeadline != 0, reg.LostDeadline, reg.LostAt
+	thr := a.thr.For(id, reg.Type)
+	v.ThresholdMS = thr.Milliseconds()
+	if v.Watched {
+		v.LastSeen = v.Deadline - v.ThresholdMS
+	}
+	return v, nil
+}
+
+func (a *App) getDevice(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := a.validID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	v, err := a.device(r.Context(), id)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	if !v.Watched && v.FirstSeen == 0 && !v.Lost {
+		writeError(w, http.StatusNotFound, "device not known")
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (a *App) deleteDevice(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := a.validID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx := r.Context()
+	removed := false
+	for _, i := range locate(a.topo.Current(), id) {
+		ok, err := a.store.Remove(ctx, shard.Deadlines, i, id)
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		removed = removed || ok
+	}
+	if err := a.store.Forget(ctx, id); err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"device": id, "removed": removed})
+}
+
+func (a *App) putThreshold(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := a.validID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var body struct {
+		Threshold string `json:"threshold"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil {
+		writeError(w, http.StatusBadRequest, `body must be {"threshold": "90s"} ("" or "0s" removes the override)`)
+		return
+	}
+	var d time.Duration
+	if body.Threshold != "" {
+		var err error
+		if d, err = time.ParseDuration(body.Threshold); err != nil || d < 0 {
+			writeError(w, http.StatusBadRequest, "threshold must be a non-negative Go duration such as 90s or 5m")
+			return
+		}
+	}
+	ctx := r.Context()
+	if err := a.store.SetOverride(ctx, id, d); err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	if err := a.thr.Reload(ctx); err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	// A watched device gets its new deadline now, counted from its last
+	// signal, so a lowered threshold takes effect without waiting out the
+	// old one. The ZADD GT of the next signal cannot pull it back otherwise.
+	v, err := a.device(ctx, id)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	if v.Watched {
+		next := v.LastSeen + a.thr.For(id, v.Type).Milliseconds()
+		if err := a.store.Set(ctx, shard.Deadlines, v.Shard, shard.Entry{ID: id, Deadline: next}); err != nil {
+			writeError(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		v.Deadline = next
+	}
+	v.ThresholdMS = a.thr.For(id, v.Type).Milliseconds()
+	writeJSON(w, http.StatusOK, v)
+}
+
+// signalIn is one signal posted to the API by a device that is not on MQTT.
+type signalIn struct {
+	Device string `json:"device"`
+	Type   string `json:"type"`
+	TS     int64  `json:"ts"`
+}
+
+func (a *App) postSignals(w http.ResponseWriter, r *http.Request) {
+	if a.in == nil {
+		writeError(w, http.StatusServiceUnavailable, "this process does not run the ingest role")
+		return
+	}
+	var batch []signalIn
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<20))
+	if err := dec.Decode(&batch); err != nil {
+		writeError(w, http.StatusBadRequest, `body must be a JSON array of {"device": "id", "type": "t", "ts": unix-ms (optional)}`)
+		return
+	}
+	now := time.Now()
+	for j, s := range batch {
+		if err := a.validID(s.Device); err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("signal %d: %v; nothing was stored", j, err))
+			return
+		}
+	}
+	for j, s := range batch {
+		at := now
+		if s.TS > 0 {
+			at = clampTS(time.UnixMilli(s.TS), now, a.cfg.Timestamp.MaxSkew)
+		}
+		if err := a.in.Signal(r.Context(), s.Device, s.Type, at); err != nil {
+			writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("signal %d: %v; signals before it were stored", j, err))
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"stored": len(batch)})
+}
+
+// clampTS keeps a client's clock from pushing a deadline into the future or
+// far into the past.
+func clampTS(at, now time.Time, skew time.Duration) time.Time {
+	if at.After(now) {
+		return now
+	}
+	if at.Before(now.Add(-skew)) {
+		return now.Add(-skew)
+	}
+	return at
+}
+
+// shardView is one shard in GET /v1/shards.
+type shardView struct {
+	Shard        int    `json:"shard"`
+	Size         int64  `json:"size"`
+	HeadDeadline int64  `json:"head_deadline,omitempty"`
+	HeadLagMS    int64  `json:"head_lag_ms"`
+	Owner        string `json:"owner"`
+}
+
+// shardsView is GET /v1/shards.
+type shardsView struct {
+	shard.Topology
+	Watermark    int64       `json:"watermark"`
+	WatermarkLag int64       `json:"watermark_lag_ms"`
+	Devices      int64       `json:"devices"`
+	List         []shardView `json:"list"`
+}
+
+func shardsStatus(ctx context.Context, store *shard.Store, now time.Time) (shardsView, error) {
+	t, err := store.Topology(ctx)
+	if err != nil {
+		return shardsView{}, err
+	}
+	wm, _, err := store.Watermark(ctx)
+	if err != nil {
+		return shardsView{}, err
+	}
+	v := shardsView{Topology: t, Watermark: wm}
+	if wm > 0 {
+		v.WatermarkLag = now.UnixMilli() - wm
+	}
+	for i := 0; i < t.Shards; i++ {
+		sv := shardView{Shard: i}
+		if sv.Size, err = store.Size(ctx, shard.Deadlines, i); err != nil {
+			return v, err
+		}
+		head, ok, err := store.Head(ctx, shard.Deadlines, i)
+		if err != nil {
+			return v, err
+		}
+		if ok {
+			sv.HeadDeadline = head.Deadline
+			if lag := now.UnixMilli() - head.Deadline; lag > 0 {
+				sv.HeadLagMS = lag
+			}
+		}
+		if sv.Owner, err = store.Owner(ctx, i); err != nil {
+			return v, err
+		}
+		v.Devices += sv.Size
+		v.List = append(v.List, sv)
+	}
+	return v, nil
+}
+
+func (a *App) getShards(w http.ResponseWriter, r *http.Request) {
+	v, err := shardsStatus(r.Context(), a.store, time.Now())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}

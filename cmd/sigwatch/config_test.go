@@ -1,0 +1,70 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestShippedConfigLoads keeps deploy/sigwatch.yaml in step with Config:
+// unknown keys are refused, so a stale example would fail here.
+func TestShippedConfigLoads(t *testing.T) {
+	cfg, err := LoadConfig("../../deploy/sigwatch.yaml", nil)
+	if err != nil {
+		t.Fatalf("deploy/sigwatch.yaml: %v", err)
+	}
+	if cfg.Thresholds.Default != 30*time.Second || cfg.MQTT.Topics[0] != "devices/+/signal" {
+		t.Errorf("got default %v topics %v, want 30s [devices/+/signal]", cfg.Thresholds.Default, cfg.MQTT.Topics)
+	}
+}
+
+func TestEnvOverrides(t *testing.T) {
+	cfg, err := LoadConfig("", []string{
+		"SIGWATCH_REDIS_ADDRS=a:1, b:2",
+		"SIGWATCH_THRESHOLDS_DEFAULT=90s",
+		"SIGWATCH_THRESHOLDS_TYPES=tracker=2m,meter=15m",
+		"SIGWATCH_MQTT_TYPE_LEVEL=2",
+		"SIGWATCH_HTTP_TOKEN=s3cret",
+		"OTHER=ignored",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cfg.Redis.Addrs, ","); got != "a:1,b:2" {
+		t.Errorf("redis.addrs = %q, want a:1,b:2", got)
+	}
+	if cfg.Thresholds.Default != 90*time.Second || cfg.Thresholds.Types["tracker"] != 2*time.Minute {
+		t.Errorf("thresholds = %+v, want default 90s, tracker 2m", cfg.Thresholds)
+	}
+	if cfg.MQTT.TypeLevel != 2 || cfg.HTTP.Token != "s3cret" {
+		t.Errorf("type_level %d token %q, want 2 and s3cret", cfg.MQTT.TypeLevel, cfg.HTTP.Token)
+	}
+}
+
+func TestConfigRefusals(t *testing.T) {
+	cases := map[string]string{
+		"http:\n  addr: 0.0.0.0:8080\n":        "http.token",
+		"shards:\n  initial: 12\n":             "power of two",
+		"timestamp:\n  mode: client\n":         "timestamp.mode",
+		"roles: [ingest, alarmist]\n":          "unknown role",
+		"thresholds:\n  default: 0s\n":         "thresholds.default",
+		"redis:\n  adresses: [x]\n":            "adresses",
+		"nats:\n  mode: exactly-once-please\n": "nats.mode",
+	}
+	for yaml, want := range cases {
+		p := filepath.Join(t.TempDir(), "c.yaml")
+		if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadConfig(p, nil)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("config %q: got error %v, want one mentioning %q", yaml, err, want)
+		}
+	}
+	// An exposed API with a token is fine.
+	if _, err := LoadConfig("", []string{"SIGWATCH_HTTP_ADDR=0.0.0.0:8080", "SIGWATCH_HTTP_TOKEN=t"}); err != nil {
+		t.Errorf("exposed API with token: %v", err)
+	}
+}

@@ -1,0 +1,466 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/internal/testenv"
+)
+
+// binary is the sigwatch binary built once for the process-level tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sigwatch-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "sigwatch")
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	args := []string{"build", "-o", binary}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	out, err := exec.Command(gobin, append(args, ".")...).CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build sigwatch: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is one sigwatch process under test.
+type proc struct {
+	t   *testing.T
+	cmd *exec.Cmd
+	log string
+}
+
+// startProc runs `sigwatch run` against env with the given extra settings.
+func startProc(t *testing.T, env *testenv.Env, name string, extra ...string) *proc {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "run")
+	cmd.Env = append(os.Environ(),
+		"SIGWATCH_REDIS_ADDRS="+env.Redis.Addr,
+		"SIGWATCH_NATS_URL="+env.NATS.URL,
+		"SIGWATCH_MQTT_BROKERS="+env.Mosquitto.URL,
+		"SIGWATCH_MQTT_CLIENT_ID=sigwatch-e2e",
+		"SIGWATCH_MQTT_SHARED_GROUP=sigwatch",
+		"SIGWATCH_HTTP_ADDR=127.0.0.1:0",
+		"SIGWATCH_SCANNER_LEASE_TTL=2s",
+		"SIGWATCH_LOG_LEVEL=debug",
+	)
+	cmd.Env = append(cmd.Env, extra...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{t: t, cmd: cmd, log: logPath}
+	t.Cleanup(func() {
+		p.kill()
+		f.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("--- %s log (tail) ---\n%s", name, tail(string(b), 4000))
+		}
+	})
+	return p
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func (p *proc) kill() {
+	if p.cmd.ProcessState == nil {
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		_ = p.cmd.Wait()
+	}
+}
+
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Wait()
+}
+
+// devices publishes a signal for every live device every period, like a
+// fleet behind an MQTT bridge. Devices can be silenced at any moment.
+type devices struct {
+	t      *testing.T
+	c      mqtt.Client
+	ids    []string
+	period time.Duration
+
+	mu       sync.Mutex
+	silentAt map[string]time.Time // device -> last signal it will ever send (acked)
+	last     map[string]time.Time // device -> time of its last acked publish
+}
+
+func startDevices(t *testing.T, broker string, n int, period time.Duration) *devices {
+	t.Helper()
+	o := mqtt.NewClientOptions().AddBroker(broker).SetClientID(fmt.Sprintf("e2e-devices-%d", time.Now().UnixNano())).
+		SetAutoReconnect(true).SetOrderMatters(false)
+	c := mqtt.NewClient(o)
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("devices: connect: %v", tok.Error())
+	}
+	d := &devices{t: t, c: c, period: period, silentAt: map[string]time.Time{}, last: map[string]time.Time{}}
+	for i := 0; i < n; i++ {
+		d.ids = append(d.ids, fmt.Sprintf("e2e-%04d", i))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go d.run(ctx, done)
+	t.Cleanup(func() { cancel(); <-done; c.Disconnect(100) })
+	return d
+}
+
+func (d *devices) run(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	tick := time.NewTicker(d.period)
+	defer tick.Stop()
+	for {
+		d.mu.Lock()
+		live := make([]string, 0, len(d.ids))
+		for _, id := range d.ids {
+			if _, silent := d.silentAt[id]; !silent {
+				live = append(live, id)
+			}
+		}
+		d.mu.Unlock()
+		toks := make([]mqtt.Token, len(live))
+		for j, id := range live {
+			toks[j] = d.c.Publish("devices/"+id+"/signal", 1, false, []byte{})
+		}
+		for j, tok := range toks {
+			if tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
+				d.mu.Lock()
+				d.last[live[j]] = time.Now()
+				d.mu.Unlock()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// silence stops id's signals and returns when it was last acknowledged.
+func (d *devices) silence(id string) {
+	d.mu.Lock()
+	d.silentAt[id] = time.Now()
+	d.mu.Unlock()
+}
+
+func (d *devices) silenced() map[string]time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]time.Time, len(d.silentAt))
+	for k, v := range d.silentAt {
+		out[k] = v
+	}
+	return out
+}
+
+// lostLog reads every lost event stored in the SIGWATCH stream.
+type lostLog struct {
+	mu     sync.Mutex
+	events []dispatch.Lost
+	recvAt []time.Time
+	msgIDs map[string]int
+}
+
+func watchLost(t *testing.T, natsURL string) *lostLog {
+	t.Helper()
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var stream jetstream.Stream
+	testenv.WaitFor(t, 20*time.Second, "stream SIGWATCH", func() bool {
+		stream, err = js.Stream(ctx, "SIGWATCH")
+		return err == nil
+	})
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"sigwatch.lost.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &lostLog{msgIDs: map[string]int{}}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var ev dispatch.Lost
+		if err := json.Unmarshal(m.Data(), &ev); err != nil {
+			t.Errorf("lost event body %q: %v", m.Data(), err)
+			return
+		}
+		l.mu.Lock()
+		l.events = append(l.events, ev)
+		l.recvAt = append(l.recvAt, time.Now())
+		l.msgIDs[m.Headers().Get(nats.MsgIdHdr)]++
+		l.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	return l
+}
+
+func (l *lostLog) byDevice() map[string][]dispatch.Lost {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string][]dispatch.Lost{}
+	for _, ev := range l.events {
+		out[ev.Device] = append(out[ev.Device], ev)
+	}
+	return out
+}
+
+func (l *lostLog) lags() (p50, p99, worst time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ls []time.Duration
+	for j, ev := range l.events {
+		ls = append(ls, l.recvAt[j].Sub(time.UnixMilli(ev.Deadline)))
+	}
+	if len(ls) == 0 {
+		return 0, 0, 0
+	}
+	sort.Slice(ls, func(a, b int) bool { return ls[a] < ls[b] })
+	return ls[len(ls)/2], ls[len(ls)*99/100], ls[len(ls)-1]
+}
+
+// checkExactlySilenced asserts the three invariants at the JetStream level:
+// exactly the silenced devices are reported lost, each once, none before its
+// deadline, and no deadline earlier than last signal + threshold.
+func checkExactlySilenced(t *testing.T, l *lostLog, d *devices, threshold time.Duration) {
+	t.Helper()
+	silenced := d.silenced()
+	got := l.byDevice()
+	for id, evs := range got {
+		if _, ok := silenced[id]; !ok {
+			t.Errorf("live device %s reported lost: %+v", id, evs)
+			continue
+		}
+		if len(evs) != 1 {
+			t.Errorf("device %s reported lost %d times, want once: %+v", id, len(evs), evs)
+		}
+		for _, ev := range evs {
+			if ev.FiredAt < ev.Deadline {
+				t.Errorf("device %s fired at %d before its deadline %d (invariant 1)", id, ev.FiredAt, ev.Deadline)
+			}
+			d.mu.Lock()
+			last := d.last[id]
+			d.mu.Unlock()
+			if early := last.Add(threshold).Add(-50 * time.Millisecond); time.UnixMilli(ev.FiredAt).Before(early) {
+				t.Errorf("device %s fired at %d, earlier than last signal %v + threshold", id, ev.FiredAt, last)
+			}
+		}
+	}
+	for id := range silenced {
+		if len(got[id]) == 0 {
+			t.Errorf("silenced device %s never reported lost (invariant 2)", id)
+		}
+	}
+	l.mu.Lock()
+	for id, n := range l.msgIDs {
+		if n != 1 {
+			t.Errorf("message id %s stored %d times in the stream, want 1 (invariant 3)", id, n)
+		}
+	}
+	l.mu.Unlock()
+}
+
+func waitAllLost(t *testing.T, l *lostLog, d *devices, timeout time.Duration) {
+	t.Helper()
+	testenv.WaitFor(t, timeout, "every silenced device reported lost", func() bool {
+		got := l.byDevice()
+		for id := range d.silenced() {
+			if len(got[id]) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestPipelineLiveAndSilent runs one sigwatch process: devices that keep
+// signalling are never reported; devices that go silent are reported once,
+// never early. It prints the fire lag.
+func TestPipelineLiveAndSilent(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
+	const threshold = 2 * time.Second
+	startProc(t, env, "sigwatch", "SIGWATCH_THRESHOLDS_DEFAULT="+threshold.String())
+	l := watchLost(t, env.NATS.URL)
+	d := startDevices(t, env.Mosquitto.URL, 300, 300*time.Millisecond)
+	time.Sleep(3 * time.Second)
+	for i := 0; i < 30; i++ {
+		d.silence(d.ids[i*7])
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitAllLost(t, l, d, 20*time.Second)
+	time.Sleep(threshold) // live devices keep going; any false report would show up now
+	checkExactlySilenced(t, l, d, threshold)
+	p50, p99, worst := l.lags()
+	t.Logf("fire lag (event received - deadline): p50 %v p99 %v max %v over %d events", p50, p99, worst, len(l.events))
+}
+
+// TestTwoProcessesKillOne runs two sigwatch processes that share Redis, NATS
+// and the broker; one is killed with -9 while devices go silent. No expiry is
+// lost and none is duplicated in the stream. Ingest runs both ways: each
+// process consuming the whole stream, and the two splitting it in a shared
+// subscription group.
+func TestTwoProcessesKillOne(t *testing.T) {
+	for _, group := range []string{"", "sigwatch"} {
+		name := "redundant"
+		if group != "" {
+			name = "shared"
+		}
+		t.Run(name, func(t *testing.T) {
+			env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
+			const threshold = 2 * time.Second
+			thr := "SIGWATCH_THRESHOLDS_DEFAULT=" + threshold.String()
+			g := "SIGWATCH_MQTT_SHARED_GROUP=" + group
+			a := startProc(t, env, "a", thr, g, "SIGWATCH_MQTT_CLIENT_ID=sigwatch-a")
+			startProc(t, env, "b", thr, g, "SIGWATCH_MQTT_CLIENT_ID=sigwatch-b")
+			l := watchLost(t, env.NATS.URL)
+			d := startDevices(t, env.Mosquitto.URL, 300, 300*time.Millisecond)
+			time.Sleep(3 * time.Second)
+			for i := 0; i < 40; i++ {
+				d.silence(d.ids[i*7])
+				if i == 20 {
+					a.kill()
+				}
+				time.Sleep(75 * time.Millisecond)
+			}
+			waitAllLost(t, l, d, 30*time.Second)
+			time.Sleep(threshold)
+			checkExactlySilenced(t, l, d, threshold)
+		})
+	}
+}
+
+// TestRestartWholeService kills the only sigwatch process with -9 while
+// devices keep signalling, then starts it again: no live device is reported
+// lost, and devices silenced before the kill are reported exactly once.
+func TestRestartWholeService(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
+	const threshold = 2 * time.Second
+	thr := "SIGWATCH_THRESHOLDS_DEFAULT=" + threshold.String()
+	p := startProc(t, env, "first", thr)
+	l := watchLost(t, env.NATS.URL)
+	d := startDevices(t, env.Mosquitto.URL, 300, 300*time.Millisecond)
+	time.Sleep(3 * time.Second)
+	for i := 0; i < 20; i++ {
+		d.silence(d.ids[i*11])
+	}
+	time.Sleep(500 * time.Millisecond)
+	p.kill()
+	time.Sleep(4 * time.Second) // longer than the threshold: every deadline passes while nobody watches
+	startProc(t, env, "second", thr)
+	waitAllLost(t, l, d, 30*time.Second)
+	time.Sleep(2 * threshold)
+	checkExactlySilenced(t, l, d, threshold)
+}
+
+// TestBadInputDoesNotHurtGoodDevices sends malformed topics and huge ids
+// between good signals over real MQTT: the process survives, every bad
+// message is dead-lettered, good devices stay watched.
+func TestBadInputDoesNotHurtGoodDevices(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
+	startProc(t, env, "sigwatch", "SIGWATCH_THRESHOLDS_DEFAULT=3s", "SIGWATCH_MQTT_TOPICS=devices/#")
+	nc, err := nats.Connect(env.NATS.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var mu sync.Mutex
+	var invalid []dispatch.Invalid
+	if _, err := nc.Subscribe("sigwatch.invalid", func(m *nats.Msg) {
+		var ev dispatch.Invalid
+		_ = json.Unmarshal(m.Data, &ev)
+		mu.Lock()
+		invalid = append(invalid, ev)
+		mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d := startDevices(t, env.Mosquitto.URL, 50, 200*time.Millisecond)
+	time.Sleep(2 * time.Second)
+	// Topics the broker passes on but sigwatch must refuse. (Control
+	// characters are refused by Mosquitto itself; ingest's own tests feed
+	// them to the handler directly.) Each bad device is a client of its own.
+	bad := []string{
+		"devices//signal", // empty id
+		"devices/" + strings.Repeat("x", 5000) + "/signal", // huge id
+		"devices", // no id level
+	}
+	for j, topic := range bad {
+		bc := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(env.Mosquitto.URL).SetClientID(fmt.Sprintf("e2e-bad-%d", j)))
+		if tok := bc.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("bad client: connect: %v", tok.Error())
+		}
+		if tok := bc.Publish(topic, 1, false, []byte("junk")); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Errorf("broker refused %q: %v", topic, tok.Error())
+		}
+		bc.Disconnect(100)
+	}
+	// Ids with NATS wildcard characters are valid device ids.
+	for _, id := range []string{"a.b", "star*", "gt>", "sp ace"} {
+		d.c.Publish("devices/"+id+"/signal", 1, false, []byte{}).Wait()
+	}
+	testenv.WaitFor(t, 10*time.Second, "invalid events", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(invalid) >= 3
+	})
+	l := watchLost(t, env.NATS.URL)
+	time.Sleep(4 * time.Second)
+	for id := range l.byDevice() {
+		if strings.HasPrefix(id, "e2e-") {
+			t.Errorf("good device %s reported lost after bad input", id)
+		}
+	}
+	mu.Lock()
+	for _, ev := range invalid {
+		if ev.Reason == "" || ev.ID == "" {
+			t.Errorf("invalid event without reason or id: %+v", ev)
+		}
+	}
+	mu.Unlock()
+}

@@ -1,0 +1,121 @@
+// Command sigwatch watches fleets of IoT devices for signal loss.
+//
+//	sigwatch run [--config sigwatch.yaml]   run the service (roles: ingest, scanner, api)
+//	sigwatch demo                           run everything on embedded servers with a simulated fleet
+//	sigwatch simulate --broker URL          publish signals of a simulated fleet to any broker
+//	sigwatch shards status                  show the topology and every shard
+//	sigwatch device get|rm|threshold ID     look at or change one device through the API
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+const usage = `usage: sigwatch <command> [flags]
+
+commands:
+  run        run the service: sigwatch run --config sigwatch.yaml
+  demo       run on embedded Redis, MQTT and NATS with a simulated fleet
+  simulate   publish a simulated fleet's signals to an MQTT broker
+  shards     status: topology, shard sizes, head lag and owners
+  device     get|rm|threshold <id>: one device, through the HTTP API
+  version    print the version
+
+Every config key can be overridden by an environment variable,
+e.g. SIGWATCH_REDIS_ADDRS, SIGWATCH_NATS_URL, SIGWATCH_MQTT_BROKERS.
+`
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch args[0] {
+	case "run":
+		err = cmdRun(ctx, args[1:], stderr)
+	case "demo":
+		err = cmdDemo(ctx, args[1:], stdout, stderr)
+	case "simulate":
+		err = cmdSimulate(ctx, args[1:], stdout, stderr)
+	case "shards":
+		err = cmdShards(ctx, args[1:], stdout)
+	case "device":
+		err = cmdDevice(ctx, args[1:], stdout)
+	case "version":
+		fmt.Fprintln(stdout, "sigwatch", version)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "sigwatch: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "sigwatch:", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(c LogConfig, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.Level)); err != nil {
+		return nil, fmt.Errorf("log.level %q: use debug, info, warn or error", c.Level)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(c.Format) {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("log.format %q: use text or json", c.Format)
+}
+
+func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", os.Getenv("SIGWATCH_CONFIG"), "YAML config file (env SIGWATCH_CONFIG)")
+	roles := fs.String("roles", "", "comma-separated roles to run (default: all): ingest,scanner,api")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := LoadConfig(*path, os.Environ())
+	if err != nil {
+		return err
+	}
+	if *roles != "" {
+		cfg.Roles = strings.Split(*roles, ",")
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+	}
+	log, err := newLogger(cfg.Log, stderr)
+	if err != nil {
+		return err
+	}
+	app, err := Start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	return app.Wait()
+}

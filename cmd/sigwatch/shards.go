@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// cmdShardsDouble starts a doubling of the shard count on the Redis of the
+// config: sigwatch shards double [--config file].
+func cmdShardsDouble(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("shards double", flag.ContinueOnError)
+	path := fs.String("config", os.Getenv("SIGWATCH_CONFIG"), "YAML config file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := LoadConfig(*path, os.Environ())
+	if err != nil {
+		return err
+	}
+	store, closeStore, err := openStore(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	t, err := store.Double(ctx, time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "doubling %d -> %d shards started (epoch %d).\n"+
+		"Nothing is copied: every role switches within a second, and the old shards drain as their\n"+
+		"moved devices fall due (about one threshold). Watch it with `sigwatch shards status`.\n",
+		t.Prev, t.Shards, t.Epoch)
+	return nil
+}
+
+// openStore connects to the Redis of cfg.
+func openStore(cfg Config) (*shard.Store, func(), error) {
+	tlsConf, err := cfg.Redis.TLS.Build()
+	if err != nil {
+		return nil, nil, err
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cfg.Redis.Addrs, Username: cfg.Redis.Username,
+		Password: cfg.Redis.Password, SelectDB: cfg.Redis.DB, TLSConfig: tlsConf, DisableCache: true})
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis %v: %w", cfg.Redis.Addrs, err)
+	}
+	return shard.NewStore(rc, shard.NewKeys(cfg.Redis.Prefix)), rc.Close, nil
+}
+
+// postShardsDouble is POST /v1/shards/double: 200 with the new topology, 409
+// while a previous doubling drains.
+func (a *App) postShardsDouble(w http.ResponseWriter, r *http.Request) {
+	t, err := a.store.Double(r.Context(), time.Now())
+	switch {
+	case errors.Is(err, shard.ErrDraining):
+		writeError(w, http.StatusConflict, err.Error())
+		return
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
+}
+
+// drainView is the progress of the doubling in force, for GET /v1/shards
+// and sigwatch shards status.
+type drainView struct {
+	Draining bool  `json:"draining"`
+	From     int   `json:"from,omitempty"`
+	To       int   `json:"to,omitempty"`
+	SinceMS  int64 `json:"since,omitempty"`
+	// MovedLeft is the sum of the last counts of moved devices (timers of
+	// every family) the old shards hold; counted every few seconds by each
+	// old shard's owner.
+	MovedLeft int64 `json:"moved_left"`
+	// ShardsDrained of the From old shards are checked clean behind their
+	// floor; ShardsUnchecked have not been checked for this doubling yet.
+	ShardsDrained   int          `json:"shards_drained"`
+	ShardsUnchecked int          `json:"shards_unchecked"`
+	Writers         []writerView `json:"writers"`
+}
+
+// writerView is one ingest writer and the epoch it writes with.
+type writerView struct {
+	Name    string `json:"name"`
+	Epoch   int64  `json:"epoch"`
+	AgeMS   int64  `json:"age_ms"`
+	Current bool   `json:"current"` // writes with the current topology
+	Gone    bool   `json:"gone"`    // silent for longer than shard.WriterTimeout
+}
+
+// drainStatus reads the progress of the doubling in force. Writers are
+// listed whether or not a doubling drains.
+func drainStatus(ctx context.Context, store *shard.Store, now time.Time) (drainView, error) {
+	t, err := store.Topology(ctx)
+	if err != nil {
+		return drainView{}, err
+	}
+	ws, err := store.Writers(ctx)
+	if err != nil {
+		return drainView{}, err
+	}
+	v := drainView{Writers: []writerView{}}
+	for name, r := range ws {
+		age := now.UnixMilli() - r.At
+		v.Writers = append(v.Writers, writerView{Name: name, Epoch: r.Epoch, AgeMS: age,
+			Current: r.Epoch >= t.Epoch, Gone: age > shard.WriterTimeout.Milliseconds()})
+	}
+	slices.SortFunc(v.Writers, func(a, b writerView) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	if !t.Draining() {
+		return v, nil
+	}
+	reports, err := store.DrainReports(ctx)
+	if err != nil {
+		return drainView{}, err
+	}
+	v.Draining, v.From, v.To, v.SinceMS = true, t.Prev, t.Shards, t.Since
+	for i := range t.Prev {
+		r, ok := reports[i]
+		switch {
+		case !ok || r.Epoch != t.Epoch:
+			v.ShardsUnchecked++
+		case r.Drained(t.Epoch):
+			v.ShardsDrained++
+		default:
+			v.MovedLeft += r.Moved
+		}
+	}
+	return v, nil
+}
+
+// printDrain writes the human form of v for sigwatch shards status.
+func printDrain(w io.Writer, v drainView, now time.Time) {
+	if v.Draining {
+		fmt.Fprintf(w, "doubling %d -> %d for %s: %d moved devices left; %d of %d old shards drained, %d not checked yet\n",
+			v.From, v.To, now.Sub(time.UnixMilli(v.SinceMS)).Round(time.Second), v.MovedLeft,
+			v.ShardsDrained, v.From, v.ShardsUnchecked)
+	}
+	for _, wr := range v.Writers {
+		state := "current"
+		switch {
+		case wr.Gone:
+			state = "gone"
+		case !wr.Current:
+			state = "LAGGING: the drain waits for it"
+		}
+		fmt.Fprintf(w, "writer %s: epoch %d, reported %dms ago, %s\n", wr.Name, wr.Epoch, wr.AgeMS, state)
+	}
+}

@@ -1,0 +1,75 @@
+package ingest
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	signals      prometheus.Counter
+	invalid      map[string]prometheus.Counter // by reason
+	unforwarded  prometheus.Counter
+	newDevices   prometheus.Counter
+	recovered    prometheus.Counter
+	storeErrors  prometheus.Counter
+	batchSize    prometheus.Histogram
+	storeLatency prometheus.Histogram
+}
+
+// newMetrics builds ingest's metrics and registers them on reg (if not nil).
+func newMetrics(reg prometheus.Registerer, in *Ingest) (*metrics, error) {
+	const ns, sub = "sigwatch", "ingest"
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help})
+	}
+	invalid := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "invalid_total",
+		Help: "Messages refused, by reason."}, []string{"reason"})
+	m := &metrics{
+		signals:     counter("signals_total", "Signals whose deadline was stored."),
+		invalid:     make(map[string]prometheus.Counter),
+		unforwarded: counter("invalid_unforwarded_total", "Refused messages acked without reaching the dead-letter subject (queue full or NATS failing)."),
+		newDevices:  counter("new_devices_total", "Devices seen for the first time."),
+		recovered:   counter("recovered_total", "Lost devices that signalled again."),
+		storeErrors: counter("store_errors_total", "Failed Redis calls (each is retried)."),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "flush_batch_size",
+			Help: "Signals per flush to Redis.", Buckets: prometheus.ExponentialBuckets(1, 2, 13)}),
+		storeLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "store_latency_seconds",
+			Help: "Latency of one deadline write to Redis (all shards of a flush).", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+	}
+	for _, r := range append(reasons, &InvalidError{Reason: "other"}) {
+		m.invalid[r.Reason] = invalid.WithLabelValues(r.Reason)
+	}
+	gauges := []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "inflight",
+			Help: "Signals received but not yet stored and acked."},
+			func() float64 { return float64(len(in.slots)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "watermark_age_seconds",
+			Help: "Seconds since the watermark this instance last stored (since start before the first)."},
+			func() float64 {
+				wm := max(in.watermark.Load(), in.startedAt.Load())
+				if wm == 0 {
+					return 0
+				}
+				return float64(in.now().UnixMilli()-wm) / 1000
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "connected",
+			Help: "1 while connected to the MQTT broker."},
+			func() float64 {
+				if len(in.opts.Brokers) > 0 && in.Connected() {
+					return 1
+				}
+				return 0
+			}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	cs := []prometheus.Collector{m.signals, invalid, m.unforwarded, m.newDevices, m.recovered, m.storeErrors, m.batchSize, m.storeLatency}
+	for _, c := range append(cs, gauges...) {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("ingest: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}

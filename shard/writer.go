@@ -1,0 +1,156 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// ErrStaleTopology is returned by Writer.Upsert when a shard refused a write
+// placed under an old topology and no newer topology could be read.
+var ErrStaleTopology = errors.New("shard: write refused: placed under an old topology")
+
+// Writer places timers by the topology it knows and writes them, for one
+// ingest member. It tells the drain of a doubling which epoch it writes
+// with (Run), and places again what a shard refused because the writer
+// lagged behind a finished drain. It is safe for concurrent use.
+type Writer struct {
+	store   *Store
+	name    string
+	current func() Topology
+	refresh func(context.Context) (Topology, error)
+
+	mu       sync.Mutex
+	inflight map[int64]int // epoch -> writes under way placed under it
+}
+
+// NewWriter returns a writer named name (unique among the live writers,
+// e.g. the ingest client id). current is the topology in force as the
+// writer knows it (Watcher.Current); refresh reads it again from Redis
+// (Watcher.Refresh). Tests make a writer lag by handing it a stale current.
+func NewWriter(store *Store, name string, current func() Topology, refresh func(context.Context) (Topology, error)) *Writer {
+	return &Writer{store: store, name: name, current: current, refresh: refresh, inflight: map[int64]int{}}
+}
+
+// Name returns the writer's name.
+func (w *Writer) Name() string { return w.name }
+
+// begin records a write placed under t.
+func (w *Writer) begin(t Topology) {
+	w.mu.Lock()
+	w.inflight[t.Epoch]++
+	w.mu.Unlock()
+}
+
+func (w *Writer) end(t Topology) {
+	w.mu.Lock()
+	if w.inflight[t.Epoch]--; w.inflight[t.Epoch] <= 0 {
+		delete(w.inflight, t.Epoch)
+	}
+	w.mu.Unlock()
+}
+
+// Epoch returns the oldest epoch this writer may still write with: that of
+// its topology, or older while a write placed under an older one is under
+// way.
+func (w *Writer) Epoch() int64 {
+	e := w.current().Epoch
+	w.mu.Lock()
+	for ep := range w.inflight {
+		e = min(e, ep)
+	}
+	w.mu.Unlock()
+	return e
+}
+
+// Place groups es by their shard among n.
+func Place(es []Entry, n int) map[int][]Entry {
+	by := make(map[int][]Entry)
+	for _, e := range es {
+		i := Of(e.ID, n)
+		by[i] = append(by[i], e)
+	}
+	return by
+}
+
+// Upsert places es under the writer's topology and pushes their deadlines
+// forward, as Store.Upsert does. Entries a shard refuses (the writer lagged
+// behind a drained doubling) are placed again under a freshly read topology
+// and written there. It returns the ids that were absent. Like Store.Upsert
+// it is idempotent and may be retried.
+func (w *Writer) Upsert(ctx context.Context, f Family, es []Entry) ([]string, error) {
+	t := w.current()
+	w.begin(t)
+	defer func() { w.end(t) }()
+	by := Place(es, t.Shards)
+	var added []string
+	for {
+		a, refused, err := w.store.UpsertAt(ctx, f, t.Epoch, by)
+		added = append(added, a...)
+		if err != nil || len(refused) == 0 {
+			return added, err
+		}
+		nt, err := w.refresh(ctx)
+		if err != nil {
+			return added, fmt.Errorf("%w: %w", ErrStaleTopology, err)
+		}
+		if nt.Epoch <= t.Epoch {
+			return added, fmt.Errorf("%w (epoch %d)", ErrStaleTopology, t.Epoch)
+		}
+		var again []Entry
+		for _, i := range refused {
+			again = append(again, by[i]...)
+		}
+		w.begin(nt)
+		w.end(t)
+		t, by = nt, Place(again, nt.Shards)
+	}
+}
+
+// ReportEvery is how often a writer reports its epoch when it has not
+// changed; a change is reported within reportPoll.
+const (
+	ReportEvery = time.Second
+	reportPoll  = 50 * time.Millisecond
+)
+
+// Run reports the writer's epoch (within reportPoll of a change, and every
+// ReportEvery anyway, so the drain knows it is alive) until ctx is done, then
+// removes the report: a writer that left is not waited for. The caller owns
+// the goroutine that runs it; it returns after the removal.
+func (w *Writer) Run(ctx context.Context, now func() time.Time, log *slog.Logger) {
+	if now == nil {
+		now = time.Now
+	}
+	tick := time.NewTicker(reportPoll)
+	defer tick.Stop()
+	var (
+		reported int64 = -1
+		at       time.Time
+	)
+	for {
+		if e := w.Epoch(); e != reported || time.Since(at) >= ReportEvery {
+			rctx, cancel := context.WithTimeout(ctx, ReportEvery)
+			err := w.store.ReportWriter(rctx, w.name, e, now())
+			cancel()
+			if err == nil {
+				reported, at = e, time.Now()
+			} else if ctx.Err() == nil && log != nil && time.Since(at) > WriterTimeout/2 {
+				log.Warn("writer epoch report failed", "writer", w.name, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			if err := w.store.LeaveWriter(lctx, w.name); err != nil && log != nil {
+				log.Warn("writer leave failed; its report expires by itself", "writer", w.name, "err", err)
+			}
+			return
+		case <-tick.C:
+		}
+	}
+}
