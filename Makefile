@@ -17,18 +17,27 @@ build:
 vet:
 	$(GO) vet ./...
 
+# FUZZ lists package:target pairs; `make test` runs each briefly, `make fuzz` longer.
+FUZZ := ./ingest:FuzzParseTopic ./ingest:FuzzParseTimestamp ./dispatch:FuzzSanitizeType ./dispatch:FuzzNewInvalid
+FUZZTIME ?= 10s
+
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 12m ./...
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
 # demo starts Redis, Mosquitto and NATS on random local ports and runs sigwatch against them.
 demo: deps
 	$(GO) run ./cmd/sigwatch demo
 
-# fuzz runs the fuzz targets; the packages that own them fill this in.
+# fuzz runs every fuzz target for FUZZTIME (default 10s; make fuzz FUZZTIME=5m).
 fuzz:
-	@echo "fuzz: no fuzz targets yet"
+	@set -e; for f in $(FUZZ); do \
+		pkg=$${f%%:*}; target=$${f##*:}; \
+		echo "fuzz $$pkg $$target ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 # bench runs the benchmark harness; bench/ fills this in.
 bench: deps
-	@echo "bench: no benchmarks yet"
+	$(GO) run ./bench/cmd/sigwatch-bench -profile quick

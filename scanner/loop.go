@@ -31,7 +31,7 @@ const releaseTimeout = 2 * time.Second
 func (s *Scanner) runShard(ctx context.Context, l *shardLoop) {
 	i := l.lease.Shard
 	defer func() {
-		if l.lost.Load() {
+		if l.lost.Load() || s.killed.Load() {
 			return
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
@@ -98,15 +98,16 @@ func (s *Scanner) step(ctx context.Context, i int, lease shard.Lease) (time.Dura
 	}
 	s.m.watermarkLag.Set(float64(now.UnixMilli()-wm) / 1e3)
 	horizon := min(now.UnixMilli(), wm)
-	due, head, hasHead, err := s.store.Claim(ctx, s.opts.Family, i, lease, horizon, s.opts.Batch)
+	c, err := s.store.Claim(ctx, s.opts.Family, i, lease, horizon, s.opts.Batch)
 	if err != nil {
 		return 0, err
 	}
+	due := c.Due
 	if len(due) == 0 {
 		wait := s.opts.Poll
-		if hasHead {
+		if c.HasHead {
 			// A head due by the clock but not by the watermark waits a poll.
-			if d := time.UnixMilli(head.Deadline).Sub(now); d > 0 && d < wait {
+			if d := time.UnixMilli(c.Head.Deadline).Sub(now); d > 0 && d < wait {
 				wait = d
 			}
 		}
@@ -114,21 +115,33 @@ func (s *Scanner) step(ctx context.Context, i int, lease shard.Lease) (time.Dura
 	}
 	s.m.batchSize.Observe(float64(len(due)))
 
+	// While a doubling drains, moved members are checked against their
+	// partner shard first; stale copies are removed without firing.
+	var stale []shard.Entry
+	if prev, cur, ok := crossing(s.topo.Current(), c.Layout); ok {
+		if due, stale, err = s.cross(ctx, i, prev, cur, due); err != nil {
+			return 0, err
+		}
+	}
+
 	var (
 		handled []shard.Entry
 		moves   []shard.Move
 		fired   map[string]firedLost
 		fireErr error
 	)
-	if s.opts.Fire != nil {
+	switch {
+	case len(due) == 0:
+	case s.opts.Fire != nil:
 		handled, moves = s.opts.Fire(ctx, i, due, now)
 		if left := len(due) - len(handled) - len(moves); left > 0 {
 			// Back off rather than claim the same entries again at once.
 			fireErr = fmt.Errorf("scanner: shard %d: %d of %d due entries not handled; retrying", i, left, len(due))
 		}
-	} else {
+	default:
 		handled, moves, fired, fireErr = s.fireLost(ctx, i, due, outages, now)
 	}
+	handled = append(handled, stale...)
 	if s.afterPublish != nil {
 		s.afterPublish(i)
 	}

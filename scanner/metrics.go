@@ -21,6 +21,8 @@ type metrics struct {
 	owned         prometheus.Gauge
 	watermarkLag  prometheus.Gauge
 	shardSize     *prometheus.GaugeVec
+	crossing      *prometheus.CounterVec
+	drainMoved    prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -46,9 +48,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "How far the ingest watermark is behind the clock."}),
 		shardSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "shard_size",
 			Help: "Timers in each owned shard, updated every few seconds."}, []string{"shard"}),
+		crossing: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "crossing_total",
+			Help: "Due entries of moved devices checked against their partner shard during a doubling, by outcome: " +
+				"fire, stale (the partner holds a later deadline; removed unfired), fired_elsewhere (removed unfired)."}, []string{"outcome"}),
+		drainMoved: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "drain_moved",
+			Help: "Moved timers left in the old shards this replica owns while a doubling drains; 0 otherwise."}),
 	}
 	for _, c := range []prometheus.Collector{m.lost, m.deferred, m.revived, m.publishErrors, m.leaseLost,
-		m.batchSize, m.fireLag, m.owned, m.watermarkLag, m.shardSize} {
+		m.batchSize, m.fireLag, m.owned, m.watermarkLag, m.shardSize, m.crossing, m.drainMoved} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("scanner: register metrics: %w", err)
 		}

@@ -64,6 +64,18 @@ type Options struct {
 	// Claims stay bounded by the ingest watermark; the outage rule and
 	// recovered events are then Fire's business.
 	Fire FireFunc
+	// Fired, for a Fire hook that removes the entries it handles, returns
+	// for each id the latest score at which one of its entries was already
+	// handled (0 if never). While a doubling drains, a moved entry whose
+	// partner copy is gone fires only if Fired says it has not already fired
+	// at its score or later. The default reads the registry's lost mark for
+	// the Deadlines family and reports nothing for the others.
+	Fired func(ctx context.Context, ids []string) ([]int64, error)
+	// DrainCheck is the period of the drain duties while a doubling drains:
+	// raising the floors of the old shards this replica owns, counting their
+	// moved members (a full ZSCAN of each), and, for the owner of shard 0,
+	// ending the doubling. Default 5s.
+	DrainCheck time.Duration
 }
 
 func (o *Options) defaults() {
@@ -84,6 +96,9 @@ func (o *Options) defaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.DrainCheck <= 0 {
+		o.DrainCheck = 5 * time.Second
 	}
 }
 
@@ -108,6 +123,10 @@ type Scanner struct {
 	// afterPublish, when set by a test, runs between the publishing of a
 	// claimed batch and its settling, so a test can land a reset there.
 	afterPublish func(i int)
+	// killed, set by a test before it cancels Run, makes the replica die as
+	// if killed: loops stop at once, no lease is released, the membership is
+	// not left.
+	killed atomic.Bool
 }
 
 // New returns a scanner. pub may be nil only when opts.Fire is set; reg may
@@ -181,10 +200,24 @@ func (s *Scanner) Run(ctx context.Context) error {
 	sizes := time.NewTicker(sizeEvery)
 	defer sizes.Stop()
 
+	// The drainer runs on ctx: its duties are idempotent, so it stops at
+	// once on shutdown, before the loops do.
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		s.drain(ctx)
+	}()
+
 	s.rebalance(ctx, loopCtx, &wg)
 	for {
 		select {
 		case <-ctx.Done():
+			<-drained
+			if s.killed.Load() {
+				cancelLoops()
+				wg.Wait()
+				return nil
+			}
 			s.shutdown(loopCtx, cancelLoops, &wg, renew.C)
 			return nil
 		case <-rebalance.C:

@@ -43,9 +43,19 @@ type harness struct {
 
 func newHarness(t *testing.T, shards int) *harness {
 	t.Helper()
+	return newHarnessOn(t, shards, nil)
+}
+
+// newHarnessOn is newHarness with Redis at addrs (a Redis Cluster's nodes),
+// or the test environment's own Redis when addrs is empty.
+func newHarnessOn(t *testing.T, shards int, addrs []string) *harness {
+	t.Helper()
 	env := testenv.New(t, testenv.Options{NATS: true})
 	ctx := context.Background()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{env.Redis.Addr}, DisableCache: true})
+	if len(addrs) == 0 {
+		addrs = []string{env.Redis.Addr}
+	}
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
 	if err != nil {
 		t.Fatal(err)
 	}

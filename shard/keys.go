@@ -14,6 +14,10 @@ const (
 	Repeats Family = "rp"
 )
 
+// Families lists every timer family. A doubling drains only when none of
+// them holds a moved member in an old shard.
+var Families = []Family{Deadlines, Repeats}
+
 // registryParts is the fixed number of registry partitions. It is independent
 // of the shard count so that a doubling never moves registry entries.
 const registryParts = 1024
@@ -46,6 +50,13 @@ func (k Keys) Owner(i int) string { return k.shardKey(i, "owner") }
 // Fence is the counter that hands out fencing tokens for shard i's lease.
 func (k Keys) Fence(i int) string { return k.shardKey(i, "fence") }
 
+// Layout is the HASH of shard i that fences placement across a doubling:
+// "shards" is the largest shard count any writer may place shard i's timers
+// under (set for every old shard before a doubling is published, and read
+// by every claim), "floor" the epoch below which writes to shard i are
+// refused (set when the drain begins to check shard i).
+func (k Keys) Layout(i int) string { return k.shardKey(i, "layout") }
+
 func (k Keys) meta(name string) string { return k.prefix + ":{meta}:" + name }
 
 // Topology is the HASH with shards, prev and epoch.
@@ -59,6 +70,14 @@ func (k Keys) Outages() string { return k.meta("outages") }
 
 // Members is the HASH of ingest members' own watermarks.
 func (k Keys) Members() string { return k.meta("ingest") }
+
+// Writers is the HASH of ingest writers and the epoch each writes with
+// (name -> "epoch:unix ms of the report").
+func (k Keys) Writers() string { return k.meta("writers") }
+
+// Drain is the HASH of the drain reports of the old shards while a doubling
+// drains (shard -> "epoch:moved:floored:unix ms").
+func (k Keys) Drain() string { return k.meta("drain") }
 
 // Scanners is the ZSET of live scanner replicas scored by heartbeat expiry.
 func (k Keys) Scanners() string { return k.meta("scanners") }

@@ -3,35 +3,52 @@ package shard
 import "github.com/redis/rueidis"
 
 // upsertScript pushes deadlines forward and reports which members are new.
+// A writer that placed its timers under a topology older than the shard's
+// floor is refused and writes nothing: it may hold devices that moved away
+// from this shard, and the drain has already checked the shard clean.
 //
 // KEYS[1]: timer ZSET of one shard
-// ARGV:    deadline1, id1, deadline2, id2, ...
-// Returns: the ids that were absent (first seen, or back after being lost).
+// KEYS[2]: layout HASH of the shard
+// ARGV[1]: epoch of the writer's topology (0: not checked)
+// ARGV[2..]: deadline1, id1, deadline2, id2, ...
+// Returns: the ids that were absent (first seen, or back after being lost),
+// or the error STALE when the writer's epoch is below the floor.
 var upsertScript = rueidis.NewLuaScript(`
+local epoch = tonumber(ARGV[1])
+if epoch > 0 then
+  local floor = redis.call('HGET', KEYS[2], 'floor')
+  if floor and tonumber(floor) > epoch then
+    return redis.error_reply('STALE topology epoch ' .. ARGV[1] .. ' below floor ' .. floor)
+  end
+end
 local added = {}
-for i = 1, #ARGV, 2 do
+for i = 2, #ARGV, 2 do
   if redis.call('ZADD', KEYS[1], 'GT', ARGV[i], ARGV[i+1]) == 1 then
     added[#added+1] = ARGV[i+1]
   end
 end
 return added`)
 
-// claimScript reads the due members of a shard, fenced by its lease.
+// claimScript reads the due members of a shard, fenced by its lease, and
+// the largest shard count writers may place the shard's timers under, so
+// that a scanner learns of a doubling no later than the first write under it.
 //
 // KEYS[1]: timer ZSET of the shard
 // KEYS[2]: lease key of the shard
+// KEYS[3]: layout HASH of the shard
 // ARGV[1]: lease value the caller holds
 // ARGV[2]: horizon, unix ms: members scored at or below it are due
 // ARGV[3]: batch limit
-// Returns: {due (id, score, ...), head (id, score) or empty}, or the error
-// NOTOWNER when the caller no longer holds the lease.
+// Returns: {due (id, score, ...), head (id, score) or empty, layout shards
+// or 0}, or the error NOTOWNER when the caller no longer holds the lease.
 var claimScript = rueidis.NewLuaScript(`
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then
   return redis.error_reply('NOTOWNER lease lost')
 end
 local due = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[2], 'BYSCORE', 'LIMIT', 0, ARGV[3], 'WITHSCORES')
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {due, head}`)
+local shards = tonumber(redis.call('HGET', KEYS[3], 'shards') or '0')
+return {due, head, shards}`)
 
 // settleScript finishes a claimed batch: compare-and-remove for fired
 // members, compare-and-move for deferred ones, fenced by the lease.
@@ -169,3 +186,58 @@ d.l = nil
 d.la = nil
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(d))
 return old`)
+
+// raiseScript raises a numeric HASH field, never lowering it.
+//
+// KEYS[1]: the HASH; ARGV[1]: field; ARGV[2]: value
+// Returns: the field's value after the call.
+var raiseScript = rueidis.NewLuaScript(`
+local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local v = tonumber(ARGV[2])
+if v > cur then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  return v
+end
+return cur`)
+
+// doubleScript publishes a doubling: shards = 2N, prev = N, epoch + 1. The
+// caller has already raised the layout of every old shard to 2N.
+//
+// KEYS[1]: topology HASH
+// ARGV[1]: the epoch the caller read; ARGV[2]: now, unix ms;
+// ARGV[3]: the largest shard count allowed
+// Returns: the new epoch, or the error CHANGED (the topology moved since
+// the caller read it), DRAINING (prev is not 0) or TOOMANY.
+var doubleScript = rueidis.NewLuaScript(`
+local t = redis.call('HMGET', KEYS[1], 'shards', 'prev', 'epoch')
+local n, prev, epoch = tonumber(t[1]), tonumber(t[2] or '0'), tonumber(t[3])
+if n == nil or epoch ~= tonumber(ARGV[1]) then
+  return redis.error_reply('CHANGED topology changed meanwhile')
+end
+if prev ~= 0 then return redis.error_reply('DRAINING') end
+if 2 * n > tonumber(ARGV[3]) then return redis.error_reply('TOOMANY') end
+redis.call('HSET', KEYS[1], 'shards', 2 * n, 'prev', n, 'epoch', epoch + 1, 'since', ARGV[2])
+return epoch + 1`)
+
+// finishScript ends a doubling once every old shard reported itself drained
+// for the current epoch: checked with its floor raised, and no moved member
+// left in any family. The epoch moves on so that every role notices.
+//
+// KEYS[1]: topology HASH
+// KEYS[2]: drain HASH (shard -> "epoch:moved:floored:ms")
+// ARGV[1]: the epoch the caller read; ARGV[2]: now, unix ms
+// Returns: 1 if the doubling ended, 0 if an old shard is not drained yet or
+// the topology moved on.
+var finishScript = rueidis.NewLuaScript(`
+local t = redis.call('HMGET', KEYS[1], 'prev', 'epoch')
+local prev, epoch = tonumber(t[1] or '0'), tonumber(t[2])
+if prev == 0 or epoch ~= tonumber(ARGV[1]) then return 0 end
+for i = 0, prev - 1 do
+  local r = redis.call('HGET', KEYS[2], tostring(i))
+  if not r then return 0 end
+  local e, moved, floored = string.match(r, '^(%d+):(%d+):(%d)')
+  if tonumber(e) ~= epoch or tonumber(moved) ~= 0 or floored ~= '1' then return 0 end
+end
+redis.call('HSET', KEYS[1], 'prev', 0, 'epoch', epoch + 1, 'since', ARGV[2])
+redis.call('DEL', KEYS[2])
+return 1`)

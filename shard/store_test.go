@@ -62,7 +62,8 @@ func TestClaimReadsDueUpToHorizon(t *testing.T) {
 	}
 	l := acquire(t, s, 3, "a")
 
-	due, head, hasHead, err := s.Claim(ctx, shard.Deadlines, 3, l, 1500, 100)
+	c, err := s.Claim(ctx, shard.Deadlines, 3, l, 1500, 100)
+	due, head, hasHead := c.Due, c.Head, c.HasHead
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,15 +75,16 @@ func TestClaimReadsDueUpToHorizon(t *testing.T) {
 		t.Errorf("got head %v (%v), want d0@1000", head, hasHead)
 	}
 
-	due, _, _, err = s.Claim(ctx, shard.Deadlines, 3, l, 1500, 2)
+	c, err = s.Claim(ctx, shard.Deadlines, 3, l, 1500, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(due) != 2 {
-		t.Errorf("got %d due with limit 2, want 2", len(due))
+	if len(c.Due) != 2 {
+		t.Errorf("got %d due with limit 2, want 2", len(c.Due))
 	}
 
-	due, head, hasHead, err = s.Claim(ctx, shard.Deadlines, 3, l, 999, 100)
+	c, err = s.Claim(ctx, shard.Deadlines, 3, l, 999, 100)
+	due, head, hasHead = c.Due, c.Head, c.HasHead
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,8 +93,8 @@ func TestClaimReadsDueUpToHorizon(t *testing.T) {
 	}
 
 	l4 := acquire(t, s, 4, "a")
-	if due, _, hasHead, err := s.Claim(ctx, shard.Deadlines, 4, l4, 1<<50, 100); err != nil || len(due) != 0 || hasHead {
-		t.Errorf("empty shard: got due %v, head %v, err %v; want nothing", due, hasHead, err)
+	if c, err := s.Claim(ctx, shard.Deadlines, 4, l4, 1<<50, 100); err != nil || len(c.Due) != 0 || c.HasHead {
+		t.Errorf("empty shard: got due %v, head %v, err %v; want nothing", c.Due, c.HasHead, err)
 	}
 }
 
@@ -105,9 +107,9 @@ func TestSettleComparesBeforeRemoving(t *testing.T) {
 	s := redisStore(t)
 	upsert(t, s, 0, shard.Entry{"kept", 100}, shard.Entry{"reset", 100}, shard.Entry{"moved", 100}, shard.Entry{"movereset", 100})
 	l := acquire(t, s, 0, "a")
-	due, _, _, err := s.Claim(ctx, shard.Deadlines, 0, l, 100, 10)
-	if err != nil || len(due) != 4 {
-		t.Fatalf("claim: got %v, %v; want 4 due", due, err)
+	c, err := s.Claim(ctx, shard.Deadlines, 0, l, 100, 10)
+	if err != nil || len(c.Due) != 4 {
+		t.Fatalf("claim: got %v, %v; want 4 due", c.Due, err)
 	}
 
 	// Resets land between claim and settle (ZADD GT, as ingest writes them).
@@ -155,7 +157,7 @@ func TestFencing(t *testing.T) {
 		t.Errorf("got token %d after %d, want a larger one", cur.Token(), old.Token())
 	}
 
-	if _, _, _, err := s.Claim(ctx, shard.Deadlines, 1, old, 1000, 10); !errors.Is(err, shard.ErrNotOwner) {
+	if _, err := s.Claim(ctx, shard.Deadlines, 1, old, 1000, 10); !errors.Is(err, shard.ErrNotOwner) {
 		t.Errorf("claim with the old lease: got %v, want ErrNotOwner", err)
 	}
 	if _, err := s.Settle(ctx, shard.Deadlines, 1, old, []shard.Entry{{"x", 100}}, []shard.Move{{ID: "y", From: 200, To: 5000}}); !errors.Is(err, shard.ErrNotOwner) {

@@ -20,7 +20,7 @@ import (
 
 func cmdShards(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 || args[0] != "status" {
-		return fmt.Errorf("usage: sigwatch shards status [--config file] [--json]")
+		return fmt.Errorf("usage: sigwatch shards status [--config file] [--json] | sigwatch shards double [--config file]")
 	}
 	fs := flag.NewFlagSet("shards status", flag.ContinueOnError)
 	path := fs.String("config", os.Getenv("SIGWATCH_CONFIG"), "YAML config file")
@@ -53,6 +53,7 @@ func cmdShards(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "shards %d  prev %d  epoch %d  devices %d  watermark lag %dms\n\n",
 		v.Shards, v.Prev, v.Epoch, v.Devices, v.WatermarkLag)
+	printDrain(stdout, v.Drain, time.Now())
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SHARD\tSIZE\tHEAD LAG\tOWNER")
 	for _, s := range v.List {

@@ -30,6 +30,7 @@ func (a *App) routes() http.Handler {
 	v1.HandleFunc("PUT /v1/devices/{id}/threshold", a.putThreshold)
 	v1.HandleFunc("POST /v1/signals", a.postSignals)
 	v1.HandleFunc("GET /v1/shards", a.getShards)
+	v1.HandleFunc("POST /v1/shards/double", a.postShardsDouble)
 	mux.Handle("/v1/", a.auth(v1))
 	return mux
 }
@@ -306,6 +307,7 @@ type shardsView struct {
 	shard.Topology
 	Watermark    int64       `json:"watermark"`
 	WatermarkLag int64       `json:"watermark_lag_ms"`
+	Drain        drainView   `json:"drain"`
 	Devices      int64       `json:"devices"`
 	List         []shardView `json:"list"`
 }
@@ -322,6 +324,9 @@ func shardsStatus(ctx context.Context, store *shard.Store, now time.Time) (shard
 	v := shardsView{Topology: t, Watermark: wm}
 	if wm > 0 {
 		v.WatermarkLag = now.UnixMilli() - wm
+	}
+	if v.Drain, err = drainStatus(ctx, store, now); err != nil {
+		return v, err
 	}
 	for i := 0; i < t.Shards; i++ {
 		sv := shardView{Shard: i}

@@ -3,7 +3,7 @@
 //	sigwatch run [--config sigwatch.yaml]   run the service (roles: ingest, scanner, api)
 //	sigwatch demo                           run everything on embedded servers with a simulated fleet
 //	sigwatch simulate --broker URL          publish signals of a simulated fleet to any broker
-//	sigwatch shards status                  show the topology and every shard
+//	sigwatch shards status|double           show the topology and every shard; double the shards
 //	sigwatch device get|rm|threshold ID     look at or change one device through the API
 package main
 
@@ -28,7 +28,7 @@ commands:
   run        run the service: sigwatch run --config sigwatch.yaml
   demo       run on embedded Redis, MQTT and NATS with a simulated fleet
   simulate   publish a simulated fleet's signals to an MQTT broker
-  shards     status: topology, shard sizes, head lag and owners
+  shards     status|double: topology, drain progress, sizes, owners; start a doubling
   device     get|rm|threshold <id>: one device, through the HTTP API
   version    print the version
 
@@ -55,7 +55,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "simulate":
 		err = cmdSimulate(ctx, args[1:], stdout, stderr)
 	case "shards":
-		err = cmdShards(ctx, args[1:], stdout)
+		if len(args) > 1 && args[1] == "double" {
+			err = cmdShardsDouble(ctx, args[2:], stdout)
+		} else {
+			err = cmdShards(ctx, args[1:], stdout)
+		}
 	case "device":
 		err = cmdDevice(ctx, args[1:], stdout)
 	case "version":
