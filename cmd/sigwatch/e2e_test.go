@@ -464,3 +464,65 @@ func TestBadInputDoesNotHurtGoodDevices(t *testing.T) {
 	}
 	mu.Unlock()
 }
+
+// cli runs a sigwatch subcommand against env and returns its output.
+func cli(t *testing.T, env *testenv.Env, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), "SIGWATCH_REDIS_ADDRS="+env.Redis.Addr)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("sigwatch %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// TestDoublingAcrossProcesses doubles the shards of a running deployment
+// with `sigwatch shards double` while devices signal and go silent, kills one
+// of the processes with -9 and starts another during the drain: exactly the
+// silenced devices are reported, once, never early, and every shard, old and
+// new, has one live owner within the lease time.
+func TestDoublingAcrossProcesses(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
+	const threshold = 2 * time.Second
+	thr := "SIGWATCH_THRESHOLDS_DEFAULT=" + threshold.String()
+	a := startProc(t, env, "a", thr, "SIGWATCH_MQTT_SHARED_GROUP=", "SIGWATCH_MQTT_CLIENT_ID=sigwatch-a")
+	startProc(t, env, "b", thr, "SIGWATCH_MQTT_SHARED_GROUP=", "SIGWATCH_MQTT_CLIENT_ID=sigwatch-b")
+	l := watchLost(t, env.NATS.URL)
+	d := startDevices(t, env.Mosquitto.URL, 300, 300*time.Millisecond)
+	time.Sleep(3 * time.Second)
+	for i := 0; i < 45; i++ {
+		d.silence(d.ids[i*6])
+		switch i {
+		case 5:
+			out := cli(t, env, "shards", "double")
+			if !strings.Contains(out, "16 -> 32") {
+				t.Fatalf("shards double said %q, want 16 -> 32", out)
+			}
+		case 20:
+			a.kill()
+		case 25:
+			startProc(t, env, "c", thr, "SIGWATCH_MQTT_SHARED_GROUP=", "SIGWATCH_MQTT_CLIENT_ID=sigwatch-c")
+		}
+		time.Sleep(75 * time.Millisecond)
+	}
+	deadPID := fmt.Sprintf("-%d-", a.cmd.Process.Pid)
+	testenv.WaitFor(t, 10*time.Second, "every shard owned by a live process", func() bool {
+		var v shardsView
+		if err := json.Unmarshal([]byte(cli(t, env, "shards", "status", "--json")), &v); err != nil {
+			t.Fatal(err)
+		}
+		if v.Shards != 32 || len(v.List) != 32 {
+			return false
+		}
+		for _, s := range v.List {
+			if s.Owner == "" || strings.Contains(s.Owner, deadPID) {
+				return false
+			}
+		}
+		return true
+	})
+	waitAllLost(t, l, d, 30*time.Second)
+	time.Sleep(threshold)
+	checkExactlySilenced(t, l, d, threshold)
+}
