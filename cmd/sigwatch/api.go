@@ -215,6 +215,12 @@ func (a *App) putThreshold(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ctx := r.Context()
+	// The last signal is read under the old threshold, before it changes.
+	v, err := a.device(ctx, id)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
 	if err := a.store.SetOverride(ctx, id, d); err != nil {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
@@ -225,15 +231,13 @@ func (a *App) putThreshold(w http.ResponseWriter, r *http.Request) {
 	}
 	// A watched device gets its new deadline now, counted from its last
 	// signal, so a lowered threshold takes effect without waiting out the
-	// old one. The ZADD GT of the next signal cannot pull it back otherwise.
-	v, err := a.device(ctx, id)
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, err.Error())
-		return
-	}
+	// old one: the ZADD GT of the next signal could not pull it back.
 	if v.Watched {
 		next := v.LastSeen + a.thr.For(id, v.Type).Milliseconds()
-		if err := a.store.Set(ctx, shard.Deadlines, v.Shard, shard.Entry{ID: id, Deadline: next}); err != nil {
+		// Written to the device's shard under the topology in force, never to
+		// a shard a doubling is draining.
+		cur := shard.Of(id, a.topo.Current().Shards)
+		if err := a.store.Set(ctx, shard.Deadlines, cur, shard.Entry{ID: id, Deadline: next}); err != nil {
 			writeError(w, http.StatusServiceUnavailable, err.Error())
 			return
 		}

@@ -121,7 +121,7 @@ type devices struct {
 
 	mu       sync.Mutex
 	silentAt map[string]time.Time // device -> last signal it will ever send (acked)
-	last     map[string]time.Time // device -> time of its last acked publish
+	last     map[string]time.Time // device -> send time of its last acknowledged signal
 }
 
 func startDevices(t *testing.T, broker string, n int, period time.Duration) *devices {
@@ -156,14 +156,18 @@ func (d *devices) run(ctx context.Context, done chan struct{}) {
 			}
 		}
 		d.mu.Unlock()
+		// A signal's send time is a lower bound of when sigwatch received
+		// it, so last+threshold is the earliest a lost event may carry.
 		toks := make([]mqtt.Token, len(live))
+		sent := make([]time.Time, len(live))
 		for j, id := range live {
+			sent[j] = time.Now()
 			toks[j] = d.c.Publish("devices/"+id+"/signal", 1, false, []byte{})
 		}
 		for j, tok := range toks {
 			if tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
 				d.mu.Lock()
-				d.last[live[j]] = time.Now()
+				d.last[live[j]] = sent[j]
 				d.mu.Unlock()
 			}
 		}
@@ -287,7 +291,7 @@ func checkExactlySilenced(t *testing.T, l *lostLog, d *devices, threshold time.D
 			d.mu.Lock()
 			last := d.last[id]
 			d.mu.Unlock()
-			if early := last.Add(threshold).Add(-50 * time.Millisecond); time.UnixMilli(ev.FiredAt).Before(early) {
+			if early := last.Add(threshold).Truncate(time.Millisecond); time.UnixMilli(ev.FiredAt).Before(early) {
 				t.Errorf("device %s fired at %d, earlier than last signal %v + threshold", id, ev.FiredAt, last)
 			}
 		}

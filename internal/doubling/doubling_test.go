@@ -22,7 +22,7 @@ func TestMeasure(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	res, err := Measure(context.Background(), Options{Store: shard.NewStore(c, shard.NewKeys("sw")),
-		Devices: 5000, Writers: 2, Batch: 200, Threshold: time.Second, Phase: time.Second, Shards: 8})
+		Devices: 5000, Writers: 2, Batch: 200, Threshold: 3 * time.Second, Phase: time.Second, Shards: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
