@@ -530,3 +530,89 @@ func TestDoublingAcrossProcesses(t *testing.T) {
 	time.Sleep(threshold)
 	checkExactlySilenced(t, l, d, threshold)
 }
+
+// TestDemoShowsLostDevices runs `sigwatch demo` as a user would: it starts
+// its own servers, watches a simulated fleet and must report lost devices.
+func TestDemoShowsLostDevices(t *testing.T) {
+	cmd := exec.Command(binary, "demo", "--duration", "8s", "--devices", "500", "--threshold", "1s")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("sigwatch demo: %v\n%s", err, out)
+	}
+	for _, want := range []string{"watched", "signals/s", "Summary:", "mosquitto_pub", "nats sub"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "Summary: 0 lost") {
+		t.Errorf("demo reported no lost device:\n%s", out)
+	}
+}
+
+// TestPayloadTimestampsOutOfOrder runs devices that stamp their signals
+// themselves, out of order and up to a second old, for many seconds: no live
+// device is reported, silenced ones are reported once, never before their
+// latest signal's time plus the threshold.
+func TestPayloadTimestampsOutOfOrder(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
+	const threshold = 2500 * time.Millisecond
+	startProc(t, env, "sigwatch", "SIGWATCH_THRESHOLDS_DEFAULT="+threshold.String(), "SIGWATCH_TIMESTAMP_MODE=payload")
+	l := watchLost(t, env.NATS.URL)
+	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(env.Mosquitto.URL).SetClientID("e2e-payload"))
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	defer c.Disconnect(100)
+	const n = 200
+	silentFrom := map[int]time.Time{}
+	newest := map[int]int64{} // newest ts each device sent
+	start := time.Now()
+	for round := 0; time.Since(start) < 8*time.Second; round++ {
+		now := time.Now()
+		for i := 0; i < n; i++ {
+			if _, silent := silentFrom[i]; silent {
+				continue
+			}
+			// Every third round a device re-sends an older reading after a
+			// newer one: it must not pull the deadline back.
+			ts := now.Add(-time.Duration((i*37+round*11)%1000) * time.Millisecond).UnixMilli()
+			if round%3 == 2 {
+				ts = now.Add(-900 * time.Millisecond).UnixMilli()
+			}
+			if ts > newest[i] {
+				newest[i] = ts
+			}
+			c.Publish(fmt.Sprintf("devices/p-%03d/signal", i), 1, false, []byte(fmt.Sprintf(`{"ts":%d,"v":1}`, ts)))
+		}
+		if round == 10 {
+			for i := 0; i < n; i += 10 {
+				silentFrom[i] = now
+			}
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	testenv.WaitFor(t, 15*time.Second, "silenced payload devices reported", func() bool {
+		got := l.byDevice()
+		for i := range silentFrom {
+			if len(got[fmt.Sprintf("p-%03d", i)]) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for id, evs := range l.byDevice() {
+		var i int
+		fmt.Sscanf(id, "p-%03d", &i)
+		if _, ok := silentFrom[i]; !ok {
+			t.Errorf("live device %s reported lost: %+v", id, evs)
+			continue
+		}
+		if len(evs) != 1 {
+			t.Errorf("device %s reported %d times, want once", id, len(evs))
+		}
+		if want := newest[i] + threshold.Milliseconds(); evs[0].Deadline < want || evs[0].FiredAt < evs[0].Deadline {
+			t.Errorf("device %s: deadline %d fired %d, want deadline >= newest ts + threshold = %d and no early fire", id, evs[0].Deadline, evs[0].FiredAt, want)
+		}
+	}
+}
