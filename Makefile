@@ -4,7 +4,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 
 GO ?= go
 
-.PHONY: deps build vet test demo fuzz bench
+.PHONY: deps build vet lint test demo fuzz bench
 
 # deps installs the servers the tests, the demo and the benchmarks start: redis-server,
 # redis-cli and mosquitto (nats-server is embedded).
@@ -17,12 +17,16 @@ build:
 vet:
 	$(GO) vet ./...
 
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+lint: vet
+	$(GO) run $(STATICCHECK) ./...
+
 # FUZZ lists package:target pairs; `make test` runs each briefly, `make fuzz` longer.
 FUZZ := ./ingest:FuzzParseTopic ./ingest:FuzzParseTimestamp ./dispatch:FuzzSanitizeType ./dispatch:FuzzNewInvalid
 FUZZTIME ?= 10s
 
-test: deps
-	$(GO) vet ./...
+test: deps lint
 	$(GO) test -race -count=1 -timeout 12m ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 

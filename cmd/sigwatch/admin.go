@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -69,14 +70,14 @@ func cmdDevice(ctx context.Context, args []string, stdout io.Writer) error {
 	token := fs.String("token", os.Getenv("SIGWATCH_HTTP_TOKEN"), "API bearer token (env SIGWATCH_HTTP_TOKEN)")
 	const use = "usage: sigwatch device [--api URL] get|rm <id> | threshold <id> <duration>"
 	if len(args) < 2 {
-		return fmt.Errorf(use)
+		return errors.New(use)
 	}
 	verb, rest := args[0], args[1:]
 	if err := fs.Parse(rest); err != nil {
 		return err
 	}
 	if fs.NArg() < 1 {
-		return fmt.Errorf(use)
+		return errors.New(use)
 	}
 	id := url.PathEscape(fs.Arg(0))
 	var method, path string
@@ -88,12 +89,12 @@ func cmdDevice(ctx context.Context, args []string, stdout io.Writer) error {
 		method, path = http.MethodDelete, "/v1/devices/"+id
 	case "threshold":
 		if fs.NArg() < 2 {
-			return fmt.Errorf(use)
+			return errors.New(use)
 		}
 		method, path = http.MethodPut, "/v1/devices/"+id+"/threshold"
 		body, _ = json.Marshal(map[string]string{"threshold": fs.Arg(1)})
 	default:
-		return fmt.Errorf(use)
+		return errors.New(use)
 	}
 	return callAPI(ctx, method, *api+path, *token, body, stdout)
 }

@@ -235,7 +235,7 @@ func setFromString(fv reflect.Value, s string) error {
 		for _, p := range strings.Split(s, ",") {
 			k, d, ok := strings.Cut(strings.TrimSpace(p), "=")
 			if !ok {
-				return errors.New("want type=duration,...")
+				return errors.New("want type=duration pairs separated by commas, e.g. tracker=2m,meter=15m")
 			}
 			dur, err := time.ParseDuration(d)
 			if err != nil {

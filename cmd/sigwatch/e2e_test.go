@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -33,7 +32,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "sigwatch")
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = "/usr/local/go/bin/go"
+	}
 	args := []string{"build", "-o", binary}
 	if raceEnabled {
 		args = append(args, "-race")
@@ -615,4 +617,49 @@ func TestPayloadTimestampsOutOfOrder(t *testing.T) {
 			t.Errorf("device %s: deadline %d fired %d, want deadline >= newest ts + threshold = %d and no early fire", id, evs[0].Deadline, evs[0].FiredAt, want)
 		}
 	}
+}
+
+// TestGracefulStopHandsOverAtOnce stops one of two processes with SIGTERM:
+// it exits cleanly and releases its leases, so the other owns every shard
+// long before the lease time would have run out.
+func TestGracefulStopHandsOverAtOnce(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
+	ttl := "SIGWATCH_SCANNER_LEASE_TTL=20s"
+	a := startProc(t, env, "a", ttl, "SIGWATCH_MQTT_CLIENT_ID=sigwatch-a")
+	b := startProc(t, env, "b", ttl, "SIGWATCH_MQTT_CLIENT_ID=sigwatch-b")
+	owners := func() map[string]int {
+		cmd := exec.Command(binary, "shards", "status", "--json")
+		cmd.Env = append(os.Environ(), "SIGWATCH_REDIS_ADDRS="+env.Redis.Addr)
+		out, err := cmd.Output()
+		var v shardsView
+		if err != nil || json.Unmarshal(out, &v) != nil {
+			return nil // not started yet
+		}
+		m := map[string]int{}
+		for _, s := range v.List {
+			if s.Owner != "" {
+				owner, _, _ := strings.Cut(s.Owner, "|")
+				m[owner]++
+			}
+		}
+		return m
+	}
+	testenv.WaitFor(t, 10*time.Second, "both processes own shards", func() bool { return len(owners()) == 2 })
+	stopped := time.Now()
+	a.stop()
+	if code := a.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("sigwatch exited %d after SIGTERM, want 0", code)
+	}
+	bPID := fmt.Sprintf("-%d-", b.cmd.Process.Pid)
+	testenv.WaitFor(t, 5*time.Second, "the other process owns every shard", func() bool {
+		m := owners()
+		if len(m) != 1 {
+			return false
+		}
+		for o, n := range m {
+			return n == 16 && strings.Contains(o, bPID)
+		}
+		return false
+	})
+	t.Logf("handed over %v after SIGTERM (lease time 20s)", time.Since(stopped).Round(time.Millisecond))
 }
