@@ -8,6 +8,7 @@ import (
 
 type metrics struct {
 	signals      prometheus.Counter
+	resets       prometheus.Counter
 	invalid      map[string]prometheus.Counter // by reason
 	unforwarded  prometheus.Counter
 	newDevices   prometheus.Counter
@@ -27,6 +28,7 @@ func newMetrics(reg prometheus.Registerer, in *Ingest) (*metrics, error) {
 		Help: "Messages refused, by reason."}, []string{"reason"})
 	m := &metrics{
 		signals:     counter("signals_total", "Signals whose deadline was stored."),
+		resets:      counter("resets_total", "Signals that pushed the deadline of a device already watched."),
 		invalid:     make(map[string]prometheus.Counter),
 		unforwarded: counter("invalid_unforwarded_total", "Refused messages acked without reaching the dead-letter subject (queue full or NATS failing)."),
 		newDevices:  counter("new_devices_total", "Devices seen for the first time."),
@@ -65,7 +67,7 @@ func newMetrics(reg prometheus.Registerer, in *Ingest) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	cs := []prometheus.Collector{m.signals, invalid, m.unforwarded, m.newDevices, m.recovered, m.storeErrors, m.batchSize, m.storeLatency}
+	cs := []prometheus.Collector{m.signals, m.resets, invalid, m.unforwarded, m.newDevices, m.recovered, m.storeErrors, m.batchSize, m.storeLatency}
 	for _, c := range append(cs, gauges...) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("ingest: register metrics: %w", err)

@@ -132,6 +132,7 @@ func (in *Ingest) flush(b *batch, idx map[string]int, es []shard.Entry) []shard.
 		<-in.slots
 	}
 	in.m.signals.Add(float64(len(b.items)))
+	in.m.resets.Add(float64(max(0, len(b.items)-len(added))))
 	if ms, ok := in.track.complete(b.seq); ok {
 		in.ready(ms)
 	}
