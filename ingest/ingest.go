@@ -214,10 +214,13 @@ type Ingest struct {
 	client      atomic.Pointer[mqtt.Client]
 	connectedAt atomic.Int64 // unix ms when the current connection was subscribed; 0 before
 	readyWM     atomic.Int64 // highest probe time whose barrier completed
-	watermark   atomic.Int64 // this member's watermark last stored, unix ms
-	abandoned   atomic.Bool  // some signals were given up on while stopping
-	startedAt   atomic.Int64 // unix ms when Run started
-	wmKick      chan struct{}
+	// brokerDropped is the broker's own count of messages it dropped
+	// (Mosquitto's $SYS/broker/publish/messages/dropped), -1 if unknown.
+	brokerDropped atomic.Int64
+	watermark     atomic.Int64 // this member's watermark last stored, unix ms
+	abandoned     atomic.Bool  // some signals were given up on while stopping
+	startedAt     atomic.Int64 // unix ms when Run started
+	wmKick        chan struct{}
 }
 
 // New checks opts and builds ingest, registering its metrics on reg (which
@@ -256,6 +259,7 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Pu
 		name = "ingest-" + nuid.Next()
 	}
 	in.writer = shard.NewWriter(store, name, topo.Current, topo.Refresh)
+	in.brokerDropped.Store(-1)
 	m, err := newMetrics(reg, in)
 	if err != nil {
 		return nil, err

@@ -861,3 +861,14 @@ func TestWritesFollowADoubling(t *testing.T) {
 		t.Errorf("writers after stop = %v, want none", ws)
 	}
 }
+
+// TestBrokerDropsAreSurfaced checks that the broker's own count of dropped
+// messages reaches the metrics, since Mosquitto says so nowhere else.
+func TestBrokerDropsAreSurfaced(t *testing.T) {
+	r := newRig(t, testenv.Options{Mosquitto: true, NATS: true})
+	run := r.start(t, Options{})
+	defer run.stop(t)
+	testenv.WaitFor(t, 10*time.Second, "the broker's dropped count", func() bool {
+		return run.gauge(t, "sigwatch_ingest_broker_dropped_messages") >= 0
+	})
+}

@@ -55,6 +55,9 @@ func newMetrics(reg prometheus.Registerer, in *Ingest) (*metrics, error) {
 				}
 				return float64(in.now().UnixMilli()-wm) / 1000
 			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "broker_dropped_messages",
+			Help: "Messages the MQTT broker reports it dropped ($SYS/broker/publish/messages/dropped; -1 if the broker does not say)."},
+			func() float64 { return float64(in.brokerDropped.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "connected",
 			Help: "1 while connected to the MQTT broker."},
 			func() float64 {

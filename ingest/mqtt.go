@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -86,6 +87,24 @@ func (in *Ingest) onConnect(c mqtt.Client) {
 	// Only probes sent from now on vouch for this connection.
 	in.connectedAt.Store(in.now().UnixMilli())
 	in.log.Info("connected to MQTT broker", "filters", keys(filters))
+	// Mosquitto drops QoS 1 messages silently when a subscriber's queue is
+	// full; it says so only in $SYS. Other brokers may refuse the filter,
+	// which costs nothing.
+	c.Subscribe(sysDropped, 0, in.onDropped)
+}
+
+// sysDropped is where Mosquitto publishes how many messages it dropped.
+const sysDropped = "$SYS/broker/publish/messages/dropped"
+
+func (in *Ingest) onDropped(_ mqtt.Client, m mqtt.Message) {
+	n, err := strconv.ParseInt(strings.TrimSpace(string(m.Payload())), 10, 64)
+	if err != nil {
+		return
+	}
+	if old := in.brokerDropped.Swap(n); old >= 0 && n > old {
+		in.log.Warn("the MQTT broker dropped messages: raise max_queued_messages (see deploy/local/mosquitto.conf)",
+			"dropped_total", n, "new", n-old)
+	}
 }
 
 func keys(m map[string]byte) []string {
@@ -122,6 +141,10 @@ func (in *Ingest) onMessage(_ mqtt.Client, m mqtt.Message) {
 		return
 	}
 	topic := m.Topic()
+	if topic == sysDropped {
+		in.onDropped(nil, m)
+		return
+	}
 	if topic == in.opts.ProbeTopic {
 		in.onProbe(m)
 		return
