@@ -217,10 +217,14 @@ type Ingest struct {
 	// brokerDropped is the broker's own count of messages it dropped
 	// (Mosquitto's $SYS/broker/publish/messages/dropped), -1 if unknown.
 	brokerDropped atomic.Int64
-	watermark     atomic.Int64 // this member's watermark last stored, unix ms
-	abandoned     atomic.Bool  // some signals were given up on while stopping
-	startedAt     atomic.Int64 // unix ms when Run started
-	wmKick        chan struct{}
+
+	connFailMu   sync.Mutex // guards the two below, for rate-limited logging
+	connFailLast string
+	connFailAt   time.Time
+	watermark    atomic.Int64 // this member's watermark last stored, unix ms
+	abandoned    atomic.Bool  // some signals were given up on while stopping
+	startedAt    atomic.Int64 // unix ms when Run started
+	wmKick       chan struct{}
 }
 
 // New checks opts and builds ingest, registering its metrics on reg (which

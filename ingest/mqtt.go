@@ -40,7 +40,8 @@ func (in *Ingest) clientOptions() *mqtt.ClientOptions {
 		SetResumeSubs(false).
 		SetDefaultPublishHandler(in.onMessage).
 		SetOnConnectHandler(in.onConnect).
-		SetConnectionLostHandler(in.onConnectionLost)
+		SetConnectionLostHandler(in.onConnectionLost).
+		SetConnectionNotificationHandler(in.onConnectionNotification)
 	if in.opts.Username != "" {
 		o.SetUsername(in.opts.Username)
 		o.SetPassword(in.opts.Password)
@@ -124,6 +125,28 @@ func (in *Ingest) Connected() bool {
 	}
 	c := in.client.Load()
 	return c != nil && (*c).IsConnectionOpen() && in.connectedAt.Load() != 0
+}
+
+// onConnectionNotification reports refused connection attempts (wrong
+// credentials, TLS trouble, broker down), which paho otherwise retries in
+// silence. The same reason is logged at most once a minute.
+func (in *Ingest) onConnectionNotification(_ mqtt.Client, n mqtt.ConnectionNotification) {
+	f, ok := n.(mqtt.ConnectionNotificationFailed)
+	if !ok || f.Reason == nil {
+		return
+	}
+	in.connFailMu.Lock()
+	reason := f.Reason.Error()
+	now := time.Now()
+	quiet := reason == in.connFailLast && now.Sub(in.connFailAt) < time.Minute
+	if !quiet {
+		in.connFailLast, in.connFailAt = reason, now
+	}
+	in.connFailMu.Unlock()
+	if !quiet {
+		in.log.Error("cannot connect to the MQTT broker; retrying (check mqtt.brokers, credentials and TLS)",
+			"brokers", in.opts.Brokers, "err", f.Reason)
+	}
 }
 
 func (in *Ingest) onConnectionLost(_ mqtt.Client, err error) {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -83,7 +84,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		SelectDB: cfg.Redis.DB, TLSConfig: redisTLS, DisableCache: true,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("redis %v: %w (is Redis running? set redis.addrs / SIGWATCH_REDIS_ADDRS)", cfg.Redis.Addrs, err)
+		return nil, fmt.Errorf("redis %v: %w%s", cfg.Redis.Addrs, err, hint(err, "Redis", "redis.addrs / SIGWATCH_REDIS_ADDRS"))
 	}
 	a.store = shard.NewStore(a.rc, shard.NewKeys(cfg.Redis.Prefix))
 	if a.topo, err = shard.NewWatcher(ctx, a.store, cfg.Shards.Initial, 500*time.Millisecond, log); err != nil {
@@ -269,7 +270,17 @@ func connectNATS(c NATSConfig, log *slog.Logger) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(c.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("nats %s: %w (is NATS running? set nats.url / SIGWATCH_NATS_URL)", c.URL, err)
+		return nil, fmt.Errorf("nats %s: %w%s", c.URL, err, hint(err, "NATS", "nats.url / SIGWATCH_NATS_URL"))
 	}
 	return nc, nil
+}
+
+// hint adds a pointer to the address setting when a server could not be
+// reached at all; refusals of credentials or certificates speak for
+// themselves.
+func hint(err error, what, setting string) string {
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, nats.ErrNoServers) {
+		return fmt.Sprintf(" (is %s running? set %s)", what, setting)
+	}
+	return ""
 }

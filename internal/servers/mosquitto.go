@@ -16,12 +16,15 @@ type MosquittoOptions struct {
 	// Username and Password, when Username is set, are the only credentials the broker accepts;
 	// otherwise anonymous clients are allowed.
 	Username, Password string
+	// TLS, when set, makes the listener speak only TLS with these files (clients are not asked
+	// for certificates), and URL is ssl://host:port.
+	TLS *TLSFiles
 }
 
 // Mosquitto is a mosquitto broker child process listening on 127.0.0.1.
 type Mosquitto struct {
 	Addr string // host:port
-	URL  string // tcp://host:port, for paho
+	URL  string // tcp://host:port, or ssl://host:port with MosquittoOptions.TLS, for paho
 	Dir  string // working directory: mosquitto.conf, passwd, mosquitto.db, mosquitto.log
 
 	mu   sync.Mutex // serialises Kill, Stop and Restart
@@ -87,6 +90,13 @@ func (m *Mosquitto) writeConf(port int) error {
 	var b strings.Builder
 	b.WriteString("# Written by sigwatch internal/servers; see deploy/local/mosquitto.conf for why.\n")
 	fmt.Fprintf(&b, "listener %d 127.0.0.1\n", port)
+	if f := m.opts.TLS; f != nil {
+		// These apply to the listener above.
+		fmt.Fprintf(&b, "certfile %s\n", f.CertFile)
+		fmt.Fprintf(&b, "keyfile %s\n", f.KeyFile)
+		fmt.Fprintf(&b, "cafile %s\n", f.CAFile)
+		b.WriteString("require_certificate false\n")
+	}
 	if m.opts.Username != "" {
 		b.WriteString("allow_anonymous false\n")
 		fmt.Fprintf(&b, "password_file %s\n", m.passwdPath())
@@ -118,10 +128,16 @@ func (m *Mosquitto) start(port int) error {
 	if err != nil {
 		return err
 	}
+	// A TCP connect is enough for TLS too: mosquitto accepts only once the listener, with its
+	// certificate loaded, is up.
 	if err := p.waitReady(func() error { return dialable(addr) }); err != nil {
 		return err
 	}
-	m.cmd, m.port, m.Addr, m.URL = p, port, addr, "tcp://"+addr
+	scheme := "tcp://"
+	if m.opts.TLS != nil {
+		scheme = "ssl://"
+	}
+	m.cmd, m.port, m.Addr, m.URL = p, port, addr, scheme+addr
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package servers
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log"
@@ -24,11 +25,17 @@ type NATSOptions struct {
 	MQTT bool
 	// Port is the client port; 0 picks a free one.
 	Port int
+	// User and Password, when User is set, are the only credentials the server accepts, on the
+	// client port and on the MQTT listener; otherwise clients need none.
+	User, Password string
+	// TLS, when set, makes the client port require TLS with this configuration (see
+	// TLSFiles.ServerTLS); URL is then tls://host:port. The MQTT listener stays plain.
+	TLS *tls.Config
 }
 
 // NATS is an nats-server embedded in this process, listening on 127.0.0.1.
 type NATS struct {
-	URL      string // nats://host:port
+	URL      string // nats://host:port, or tls://host:port with NATSOptions.TLS
 	MQTTAddr string // host:port of the MQTT listener, when enabled
 	MQTTURL  string // tcp://host:port of the MQTT listener, for paho
 	Dir      string // JetStream store (Dir/jetstream) and nats.log
@@ -80,6 +87,14 @@ func (n *NATS) start() error {
 	if n.opts.MQTT {
 		o.MQTT.Host = "127.0.0.1"
 		o.MQTT.Port = n.mqttPort
+	}
+	if n.opts.User != "" {
+		o.Username, o.Password = n.opts.User, n.opts.Password
+	}
+	if n.opts.TLS != nil {
+		// The server keeps using the config it was given; a clone keeps Restart's server
+		// independent of the previous one.
+		o.TLS, o.TLSConfig = true, n.opts.TLS.Clone()
 	}
 	s, err := server.NewServer(o)
 	if err != nil {

@@ -19,6 +19,10 @@ type RedisOptions struct {
 	Persist bool
 	// Password, when set, is required from clients (requirepass).
 	Password string
+	// TLS, when set, makes redis-server also listen for TLS on a second free port (TLSAddr) with
+	// these files. Clients are not asked for certificates. The plain port stays open: this
+	// package checks readiness on it, and a test can use it to look behind a TLS client's back.
+	TLS *TLSFiles
 	// ExtraArgs are appended to the redis-server command line and so override the defaults,
 	// e.g. []string{"--maxmemory", "100mb"}.
 	ExtraArgs []string
@@ -27,14 +31,16 @@ type RedisOptions struct {
 // Redis is a redis-server child process listening on 127.0.0.1.
 type Redis struct {
 	Addr     string // host:port
+	TLSAddr  string // host:port of the TLS listener; "" without RedisOptions.TLS
 	Dir      string // working directory: data files and redis.log
 	Password string
 
-	mu   sync.Mutex // serialises Kill, Stop and Restart
-	bin  string
-	cmd  *process // the current run; nil before the first start
-	port int
-	opts RedisOptions
+	mu      sync.Mutex // serialises Kill, Stop and Restart
+	bin     string
+	cmd     *process // the current run; nil before the first start
+	port    int
+	tlsPort int // 0 without RedisOptions.TLS
+	opts    RedisOptions
 }
 
 // StartRedis starts redis-server in dir (created if needed) on a free port of 127.0.0.1 and
@@ -54,7 +60,13 @@ func StartRedis(dir string, opts RedisOptions) (*Redis, error) {
 		if err != nil {
 			return nil, err
 		}
-		err = r.start(port)
+		tlsPort := 0
+		if opts.TLS != nil {
+			if tlsPort, err = FreePort(); err != nil {
+				return nil, err
+			}
+		}
+		err = r.start(port, tlsPort)
 		if err == nil {
 			return r, nil
 		}
@@ -67,7 +79,7 @@ func StartRedis(dir string, opts RedisOptions) (*Redis, error) {
 // LogPath is the file redis-server writes its log to.
 func (r *Redis) LogPath() string { return filepath.Join(r.Dir, "redis.log") }
 
-func (r *Redis) args(port int) []string {
+func (r *Redis) args(port, tlsPort int) []string {
 	args := []string{
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
@@ -82,25 +94,46 @@ func (r *Redis) args(port int) []string {
 	if r.opts.Password != "" {
 		args = append(args, "--requirepass", r.opts.Password)
 	}
+	if f := r.opts.TLS; f != nil {
+		args = append(args,
+			"--tls-port", strconv.Itoa(tlsPort),
+			"--tls-cert-file", f.CertFile,
+			"--tls-key-file", f.KeyFile,
+			"--tls-ca-cert-file", f.CAFile,
+			"--tls-auth-clients", "no",
+		)
+	}
 	return append(args, r.opts.ExtraArgs...)
 }
 
-// start runs redis-server on port and waits for PING. The caller holds r.mu or owns r alone.
-func (r *Redis) start(port int) error {
+// start runs redis-server on port (and tlsPort, with TLS) and waits for PING on the plain port.
+// The caller holds r.mu or owns r alone.
+func (r *Redis) start(port, tlsPort int) error {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	p, err := startProcess(r.bin, r.args(port), r.Dir, r.LogPath())
+	tlsAddr := ""
+	if r.opts.TLS != nil {
+		tlsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+	}
+	p, err := startProcess(r.bin, r.args(port, tlsPort), r.Dir, r.LogPath())
 	if err != nil {
 		return err
 	}
 	err = p.waitReady(func() error {
 		// A Redis loading its AOF answers -LOADING, which redisDo returns as an error.
-		_, err := redisDo(addr, r.opts.Password, "PING")
-		return err
+		if _, err := redisDo(addr, r.opts.Password, "PING"); err != nil {
+			return err
+		}
+		// Redis binds every listener before it serves any, so this holds at once; it is
+		// checked so that a TLS listener that failed cannot pass unnoticed.
+		if tlsAddr != "" {
+			return dialable(tlsAddr)
+		}
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	r.cmd, r.port, r.Addr = p, port, addr
+	r.cmd, r.port, r.tlsPort, r.Addr, r.TLSAddr = p, port, tlsPort, addr, tlsAddr
 	return nil
 }
 
@@ -124,9 +157,9 @@ func (r *Redis) Stop() error {
 	return r.cmd.stop(stopGrace)
 }
 
-// Restart starts redis-server again on the same port and directory, as after an outage, and
-// waits for PING. A server that is still running is stopped first. With Persist, the data written
-// before a Kill or Stop is loaded again.
+// Restart starts redis-server again on the same ports (plain and TLS) and directory, as after an
+// outage, and waits for PING. A server that is still running is stopped first. With Persist, the
+// data written before a Kill or Stop is loaded again.
 func (r *Redis) Restart() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -135,7 +168,7 @@ func (r *Redis) Restart() error {
 			return fmt.Errorf("servers: restart redis: %w", err)
 		}
 	}
-	return restartOnPort("redis", func() error { return r.start(r.port) })
+	return restartOnPort("redis", func() error { return r.start(r.port, r.tlsPort) })
 }
 
 // restartOnPort calls start until it succeeds, retrying for a few seconds while the port is

@@ -2,6 +2,7 @@ package servers_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -168,9 +169,18 @@ func TestRedisClusterNeedsThreeMasters(t *testing.T) {
 
 func mqttConnect(t *testing.T, url, id, user, password string) (mqtt.Client, error) {
 	t.Helper()
+	return mqttConnectTLS(t, url, id, user, password, nil)
+}
+
+// mqttConnectTLS connects once, without retries, using tlsConf for ssl:// URLs.
+func mqttConnectTLS(t *testing.T, url, id, user, password string, tlsConf *tls.Config) (mqtt.Client, error) {
+	t.Helper()
 	o := mqtt.NewClientOptions().AddBroker(url).SetClientID(id).
 		SetUsername(user).SetPassword(password).
 		SetAutoReconnect(false).SetConnectRetry(false).SetConnectTimeout(5 * time.Second)
+	if tlsConf != nil {
+		o.SetTLSConfig(tlsConf)
+	}
 	c := mqtt.NewClient(o)
 	tok := c.Connect()
 	if !tok.WaitTimeout(5 * time.Second) {
@@ -187,8 +197,14 @@ func mqttConnect(t *testing.T, url, id, user, password string) (mqtt.Client, err
 // message.
 func mqttRoundTrip(t *testing.T, url, user, password, topic string) {
 	t.Helper()
+	mqttRoundTripTLS(t, url, user, password, topic, nil)
+}
+
+// mqttRoundTripTLS is mqttRoundTrip with tlsConf for ssl:// URLs.
+func mqttRoundTripTLS(t *testing.T, url, user, password, topic string, tlsConf *tls.Config) {
+	t.Helper()
 	got := make(chan string, 1)
-	sub, err := mqttConnect(t, url, "sub-"+t.Name(), user, password)
+	sub, err := mqttConnectTLS(t, url, "sub-"+t.Name(), user, password, tlsConf)
 	if err != nil {
 		t.Fatalf("subscriber connect to %s: %v", url, err)
 	}
@@ -201,7 +217,7 @@ func mqttRoundTrip(t *testing.T, url, user, password, topic string) {
 	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("subscribe: %v", tok.Error())
 	}
-	pub, err := mqttConnect(t, url, "pub-"+t.Name(), user, password)
+	pub, err := mqttConnectTLS(t, url, "pub-"+t.Name(), user, password, tlsConf)
 	if err != nil {
 		t.Fatalf("publisher connect to %s: %v", url, err)
 	}
