@@ -232,8 +232,9 @@ func TestSignalsLandInTheirShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	for j, d := range devs {
-		if d.FirstSeen < before.UnixMilli() || d.FirstSeen > after.UnixMilli() {
-			t.Errorf("registry first seen of %q = %d, want within [%d, %d]", ids[j], d.FirstSeen, before.UnixMilli(), after.UnixMilli())
+		// Untyped devices cost no registry entry: the deadline is all.
+		if d != (shard.Device{}) {
+			t.Errorf("registry entry of untyped %q = %+v, want none", ids[j], d)
 		}
 	}
 	if got := value(run.m.newDevices); got != float64(len(ids)) {

@@ -141,20 +141,29 @@ redis.call('SET', KEYS[1], ARGV[1])
 return ARGV[1]`)
 
 // seenScript records a device that is first seen or back after being lost,
-// clearing its lost mark.
+// clearing its lost mark. A device without a type and without a mark costs
+// no registry entry at all: at millions of devices the registry would
+// otherwise double Redis's memory per device.
 //
 // KEYS[1]: registry partition of the device
-// ARGV[1]: device id; ARGV[2]: type; ARGV[3]: now, unix ms
+// ARGV[1]: device id; ARGV[2]: type ("" if unknown); ARGV[3]: now, unix ms
 // Returns: the previous registry value, or nil.
 var seenScript = rueidis.NewLuaScript(`
 local old = redis.call('HGET', KEYS[1], ARGV[1])
+if not old and ARGV[2] == '' then return false end
 local d = {}
 if old then d = cjson.decode(old) end
-if d.f == nil then d.f = tonumber(ARGV[3]) end
-if ARGV[2] ~= '' then d.t = ARGV[2] end
+if ARGV[2] ~= '' then
+  d.t = ARGV[2]
+  if d.f == nil then d.f = tonumber(ARGV[3]) end
+end
 d.l = nil
 d.la = nil
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(d))
+if d.t == nil then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+else
+  redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(d))
+end
 return old`)
 
 // lostScript marks a device lost at a deadline, unless a later signal has
