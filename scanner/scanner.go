@@ -13,6 +13,7 @@
 package scanner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -71,6 +72,12 @@ type Options struct {
 	// at its score or later. The default reads the registry's lost mark for
 	// the Deadlines family and reports nothing for the others.
 	Fired func(ctx context.Context, ids []string) ([]int64, error)
+	// Watermark is the store whose ingest watermark bounds claims, default
+	// the scanner's own store. A scanner of another queue (the alarm's
+	// repeat timers) passes the deadline store: it fires only up to where
+	// ingest is known to have been consuming, so that "has the device
+	// signalled again?" is answerable when it fires.
+	Watermark *shard.Store
 	// DrainCheck is the period of the drain duties while a doubling drains:
 	// raising the floors of the old shards this replica owns, counting their
 	// moved members (a full ZSCAN of each), and, for the owner of shard 0,
@@ -161,7 +168,7 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Pu
 		log:   log,
 		warn:  newLimitedLog(log, time.Second),
 		m:     m,
-		wm:    &watermarkCache{store: store, every: opts.Poll},
+		wm:    &watermarkCache{store: cmp.Or(opts.Watermark, store), every: opts.Poll},
 		loops: make(map[int]*shardLoop),
 	}, nil
 }

@@ -2,8 +2,10 @@ package shard
 
 import "strconv"
 
-// Family names one kind of timer. Every family has one ZSET per shard, all
-// under the shard's hash tag, so one lease and one scanner cover them all.
+// Family names one kind of timer. Every family has one ZSET per shard under
+// the shard's hash tag. Deadlines live under the configured prefix; the
+// alarm's repeat timers are a second queue of the same kind under
+// "<prefix>:alarm", with a topology and leases of its own.
 type Family string
 
 const (

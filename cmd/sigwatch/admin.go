@@ -55,6 +55,9 @@ func cmdShards(ctx context.Context, args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "shards %d  prev %d  epoch %d  devices %d  watermark lag %dms\n\n",
 		v.Shards, v.Prev, v.Epoch, v.Devices, v.WatermarkLag)
 	printDrain(stdout, v.Drain, time.Now())
+	if rt := v.Timers; rt != nil {
+		fmt.Fprintf(stdout, "alarm repeat timers: shards %d  prev %d  epoch %d  timers %d\n\n", rt.Shards, rt.Prev, rt.Epoch, rt.Size)
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SHARD\tSIZE\tHEAD LAG\tOWNER")
 	for _, s := range v.List {
@@ -63,23 +66,48 @@ func cmdShards(ctx context.Context, args []string, stdout io.Writer) error {
 	return tw.Flush()
 }
 
+// apiFlags are the flags of every command that talks to the HTTP API.
+func apiFlags(fs *flag.FlagSet) (api, token *string) {
+	api = fs.String("api", envOr("SIGWATCH_API", "http://127.0.0.1:8080"), "sigwatch API base URL (env SIGWATCH_API)")
+	token = fs.String("token", os.Getenv("SIGWATCH_HTTP_TOKEN"), "API bearer token (env SIGWATCH_HTTP_TOKEN)")
+	return api, token
+}
+
+// parseAll parses flags given before, between and after the positional
+// arguments, and returns the positional ones.
+func parseAll(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
 // cmdDevice talks to a running sigwatch's HTTP API.
 func cmdDevice(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("device", flag.ContinueOnError)
-	api := fs.String("api", envOr("SIGWATCH_API", "http://127.0.0.1:8080"), "sigwatch API base URL (env SIGWATCH_API)")
-	token := fs.String("token", os.Getenv("SIGWATCH_HTTP_TOKEN"), "API bearer token (env SIGWATCH_HTTP_TOKEN)")
-	const use = "usage: sigwatch device [--api URL] get|rm <id> | threshold <id> <duration>"
+	api, token := apiFlags(fs)
+	ackFor := fs.String("for", "", "ack: pause the alarm's repeats for this long (e.g. 30m) instead of resolving it")
+	ackUntil := fs.String("until", "", "ack: pause the alarm's repeats until this time (RFC 3339 or unix ms)")
+	const use = "usage: sigwatch device [--api URL] get|rm <id> | threshold <id> <duration> | ack <id> [--for 30m | --until T]"
 	if len(args) < 2 {
 		return errors.New(use)
 	}
-	verb, rest := args[0], args[1:]
-	if err := fs.Parse(rest); err != nil {
+	verb := args[0]
+	pos, err := parseAll(fs, args[1:])
+	if err != nil {
 		return err
 	}
-	if fs.NArg() < 1 {
+	if len(pos) < 1 {
 		return errors.New(use)
 	}
-	id := url.PathEscape(fs.Arg(0))
+	id := url.PathEscape(pos[0])
 	var method, path string
 	var body []byte
 	switch verb {
@@ -88,15 +116,61 @@ func cmdDevice(ctx context.Context, args []string, stdout io.Writer) error {
 	case "rm":
 		method, path = http.MethodDelete, "/v1/devices/"+id
 	case "threshold":
-		if fs.NArg() < 2 {
+		if len(pos) < 2 {
 			return errors.New(use)
 		}
 		method, path = http.MethodPut, "/v1/devices/"+id+"/threshold"
-		body, _ = json.Marshal(map[string]string{"threshold": fs.Arg(1)})
+		body, _ = json.Marshal(map[string]string{"threshold": pos[1]})
+	case "ack":
+		method, path = http.MethodPost, "/v1/devices/"+id+"/ack"
+		b := map[string]string{}
+		if *ackFor != "" {
+			b["for"] = *ackFor
+		}
+		if *ackUntil != "" {
+			b["until"] = *ackUntil
+		}
+		body, _ = json.Marshal(b)
 	default:
 		return errors.New(use)
 	}
 	return callAPI(ctx, method, *api+path, *token, body, stdout)
+}
+
+// cmdMute adds, lists and removes alarm mutes through the HTTP API.
+func cmdMute(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("mute", flag.ContinueOnError)
+	api, token := apiFlags(fs)
+	device := fs.String("device", "", "add: mute this device")
+	typ := fs.String("type", "", "add: mute every device of this type")
+	dur := fs.String("for", "", "add: for this long (e.g. 1h)")
+	until := fs.String("until", "", "add: until this time (RFC 3339 or unix ms)")
+	comment := fs.String("comment", "", "add: why")
+	const use = "usage: sigwatch mute [--api URL] add (--device ID | --type T) (--for 1h | --until T) [--comment text] | ls | rm <id>"
+	if len(args) < 1 {
+		return errors.New(use)
+	}
+	verb := args[0]
+	pos, err := parseAll(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	switch {
+	case verb == "add" && len(pos) == 0:
+		b := map[string]string{"device": *device, "type": *typ, "for": *dur, "until": *until, "comment": *comment}
+		for k, v := range b {
+			if v == "" {
+				delete(b, k)
+			}
+		}
+		body, _ := json.Marshal(b)
+		return callAPI(ctx, http.MethodPost, *api+"/v1/mutes", *token, body, stdout)
+	case verb == "ls" && len(pos) == 0:
+		return callAPI(ctx, http.MethodGet, *api+"/v1/mutes", *token, nil, stdout)
+	case verb == "rm" && len(pos) == 1:
+		return callAPI(ctx, http.MethodDelete, *api+"/v1/mutes/"+url.PathEscape(pos[0]), *token, nil, stdout)
+	}
+	return errors.New(use)
 }
 
 func callAPI(ctx context.Context, method, u, token string, body []byte, stdout io.Writer) error {

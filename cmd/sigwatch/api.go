@@ -6,13 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sigwatch/sigwatch/alarm"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -28,6 +31,10 @@ func (a *App) routes() http.Handler {
 	v1.HandleFunc("GET /v1/devices/{id}", a.getDevice)
 	v1.HandleFunc("DELETE /v1/devices/{id}", a.deleteDevice)
 	v1.HandleFunc("PUT /v1/devices/{id}/threshold", a.putThreshold)
+	v1.HandleFunc("POST /v1/devices/{id}/ack", a.postAck)
+	v1.HandleFunc("GET /v1/mutes", a.getMutes)
+	v1.HandleFunc("POST /v1/mutes", a.postMute)
+	v1.HandleFunc("DELETE /v1/mutes/{id}", a.deleteMute)
 	v1.HandleFunc("POST /v1/signals", a.postSignals)
 	v1.HandleFunc("GET /v1/shards", a.getShards)
 	v1.HandleFunc("POST /v1/shards/double", a.postShardsDouble)
@@ -163,11 +170,28 @@ func (a *App) getDevice(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	if !v.Watched && v.FirstSeen == 0 && !v.Lost {
+	var out struct {
+		deviceView
+		Alarm *alarm.View `json:"alarm,omitempty"`
+	}
+	out.deviceView = v
+	if a.alarms != nil {
+		av, ok, err := a.alarms.Get(r.Context(), id)
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		if ok {
+			out.Alarm = &av
+		}
+	}
+	// A removed device keeps an idle alarm record (so late lost events raise
+	// nothing); it is still not known.
+	if !v.Watched && v.FirstSeen == 0 && !v.Lost && (out.Alarm == nil || out.Alarm.State == "idle") {
 		writeError(w, http.StatusNotFound, "device not known")
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (a *App) deleteDevice(w http.ResponseWriter, r *http.Request) {
@@ -190,7 +214,17 @@ func (a *App) deleteDevice(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"device": id, "removed": removed})
+	// The alarm is resolved (reason removed) after the device is no longer
+	// watched, so no new loss can raise it again meanwhile.
+	resolved := false
+	if a.alarms != nil {
+		var err error
+		if resolved, err = a.alarms.Remove(ctx, id); err != nil {
+			writeError(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"device": id, "removed": removed, "alarm_resolved": resolved})
 }
 
 func (a *App) putThreshold(w http.ResponseWriter, r *http.Request) {
@@ -314,6 +348,15 @@ type shardsView struct {
 	Drain        drainView   `json:"drain"`
 	Devices      int64       `json:"devices"`
 	List         []shardView `json:"list"`
+	// Timers is the topology of the alarm's repeat timers (absent before
+	// the alarm role first ran), with the number of timers.
+	Timers *timersView `json:"alarm_timers,omitempty"`
+}
+
+// timersView is the alarm's repeat timer queue in GET /v1/shards.
+type timersView struct {
+	shard.Topology
+	Size int64 `json:"size"`
 }
 
 func shardsStatus(ctx context.Context, store *shard.Store, now time.Time) (shardsView, error) {
@@ -331,6 +374,17 @@ func shardsStatus(ctx context.Context, store *shard.Store, now time.Time) (shard
 	}
 	if v.Drain, err = drainStatus(ctx, store, now); err != nil {
 		return v, err
+	}
+	timers := shard.NewStore(store.Client(), store.Keys().Alarm())
+	if rt, err := timers.Topology(ctx); err == nil {
+		v.Timers = &timersView{Topology: rt}
+		for i := range rt.Shards {
+			n, err := timers.Size(ctx, shard.Repeats, i)
+			if err != nil {
+				return v, err
+			}
+			v.Timers.Size += n
+		}
 	}
 	for i := 0; i < t.Shards; i++ {
 		sv := shardView{Shard: i}
@@ -363,4 +417,172 @@ func (a *App) getShards(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+// noAlarms answers alarm requests of a process that has no alarms (NATS in
+// core mode) and reports whether it did.
+func (a *App) noAlarms(w http.ResponseWriter) bool {
+	if a.alarms != nil {
+		return false
+	}
+	writeError(w, http.StatusServiceUnavailable, "alarms need nats.mode jetstream")
+	return true
+}
+
+// window reads the end of an ack or a mute: "until" (RFC 3339, or unix ms
+// as a number or a string) or "for" (a Go duration from now). Neither gives
+// the zero time.
+func window(until json.RawMessage, dur string, now time.Time) (time.Time, error) {
+	const use = `give "until" as RFC 3339 or unix ms, or "for" as a duration such as 30m`
+	u := strings.TrimSpace(string(until))
+	switch {
+	case u != "" && u != "null" && dur != "":
+		return time.Time{}, errors.New("give either until or for, not both")
+	case dur != "":
+		d, err := time.ParseDuration(dur)
+		if err != nil || d <= 0 {
+			return time.Time{}, fmt.Errorf("for %q: %s", dur, use)
+		}
+		return now.Add(d), nil
+	case u == "" || u == "null":
+		return time.Time{}, nil
+	}
+	var v any
+	if err := json.Unmarshal(until, &v); err != nil {
+		return time.Time{}, errors.New(use)
+	}
+	switch x := v.(type) {
+	case float64:
+		return time.UnixMilli(int64(x)), nil
+	case string:
+		if ms, err := strconv.ParseInt(x, 10, 64); err == nil {
+			return time.UnixMilli(ms), nil
+		}
+		if t, err := time.Parse(time.RFC3339, x); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("until %s: %s", u, use)
+}
+
+// postAck is POST /v1/devices/{id}/ack with an optional body
+// {"until": ...} or {"for": "30m"}: without an end the alarm is resolved
+// (reason acked); with one its repeats pause until then and resume if the
+// device is still silent.
+func (a *App) postAck(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := a.validID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if a.noAlarms(w) {
+		return
+	}
+	var body struct {
+		Until json.RawMessage `json:"until"`
+		For   string          `json:"for"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil && !errors.Is(err, io.EOF) {
+		writeError(w, http.StatusBadRequest, `body must be empty, {"until": "2030-01-02T15:04:05Z" or unix ms} or {"for": "30m"}`)
+		return
+	}
+	now := time.Now()
+	until, err := window(body.Until, body.For, now)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if !until.IsZero() && !until.After(now) {
+		writeError(w, http.StatusBadRequest, "until is in the past: leave it out to resolve the alarm")
+		return
+	}
+	v, err := a.alarms.Ack(r.Context(), id, until)
+	switch {
+	case errors.Is(err, alarm.ErrNoAlarm):
+		writeError(w, http.StatusConflict, fmt.Sprintf("device %s has no open alarm", id))
+		return
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// muteIn is the body of POST /v1/mutes.
+type muteIn struct {
+	Device  string          `json:"device"`
+	Type    string          `json:"type"`
+	Until   json.RawMessage `json:"until"`
+	For     string          `json:"for"`
+	Comment string          `json:"comment"`
+}
+
+func (a *App) postMute(w http.ResponseWriter, r *http.Request) {
+	if a.noAlarms(w) {
+		return
+	}
+	const use = `body must be {"device": "id"} or {"type": "t"}, with {"for": "1h"} or {"until": RFC 3339 or unix ms}, and an optional "comment"`
+	var in muteIn
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16384)).Decode(&in); err != nil {
+		writeError(w, http.StatusBadRequest, use)
+		return
+	}
+	if (in.Device == "") == (in.Type == "") {
+		writeError(w, http.StatusBadRequest, "give exactly one of device or type")
+		return
+	}
+	if in.Device != "" {
+		if err := a.validID(in.Device); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	now := time.Now()
+	until, err := window(in.Until, in.For, now)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if !until.After(now) {
+		writeError(w, http.StatusBadRequest, "a mute needs an end in the future: "+use)
+		return
+	}
+	m, err := a.alarms.AddMute(r.Context(), alarm.Mute{Device: in.Device, Type: in.Type, Until: until.UnixMilli(), Comment: in.Comment})
+	switch {
+	case errors.Is(err, alarm.ErrBadMute):
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusCreated, m)
+}
+
+func (a *App) getMutes(w http.ResponseWriter, r *http.Request) {
+	if a.noAlarms(w) {
+		return
+	}
+	ms, err := a.alarms.Mutes(r.Context())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, ms)
+}
+
+func (a *App) deleteMute(w http.ResponseWriter, r *http.Request) {
+	if a.noAlarms(w) {
+		return
+	}
+	id := r.PathValue("id")
+	ok, err := a.alarms.RemoveMute(r.Context(), id)
+	switch {
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	case !ok:
+		writeError(w, http.StatusNotFound, "no mute "+id)
+	default:
+		writeJSON(w, http.StatusOK, map[string]any{"id": id, "removed": true})
+	}
 }

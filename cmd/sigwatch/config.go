@@ -33,6 +33,7 @@ type Config struct {
 	Shards     ShardsConfig     `yaml:"shards"`
 	Ingest     IngestConfig     `yaml:"ingest"`
 	Scanner    ScannerConfig    `yaml:"scanner"`
+	Alarm      AlarmConfig      `yaml:"alarm"`
 	HTTP       HTTPConfig       `yaml:"http"`
 }
 
@@ -128,6 +129,19 @@ type ScannerConfig struct {
 	Batch    int           `yaml:"batch"`
 }
 
+// AlarmConfig shapes the alarm lifecycle: how often an alarm repeats while
+// its device stays silent, and when a device is damped as flapping.
+type AlarmConfig struct {
+	Interval    time.Duration `yaml:"interval"`     // before the first repeat
+	Backoff     float64       `yaml:"backoff"`      // each next interval is this times the last
+	MaxInterval time.Duration `yaml:"max_interval"` // cap of the backoff
+	MaxRepeats  int           `yaml:"max_repeats"`  // then resolved/expired; 0: unlimited
+	FlapCount   int           `yaml:"flap_count"`   // more lost/recovered cycles than this in flap_window: flapping; 0: off
+	FlapWindow  time.Duration `yaml:"flap_window"`
+	FlapStable  time.Duration `yaml:"flap_stable"` // a flapping device stable this long ends flapping
+	AckWait     time.Duration `yaml:"ack_wait"`    // an event a dead worker held is redelivered after this
+}
+
 // HTTPConfig is the admin API and metrics listener.
 type HTTPConfig struct {
 	Addr  string `yaml:"addr"`
@@ -141,7 +155,7 @@ func DefaultConfig() Config {
 		host = "sigwatch"
 	}
 	return Config{
-		Roles: []string{"ingest", "scanner", "api"},
+		Roles: []string{"ingest", "scanner", "alarm", "api"},
 		Log:   LogConfig{Format: "text", Level: "info"},
 		Redis: RedisConfig{Addrs: []string{"127.0.0.1:6379"}, Prefix: "sw"},
 		NATS: NATSConfig{URL: "nats://127.0.0.1:4222", Mode: "jetstream", Prefix: "sigwatch",
@@ -154,7 +168,9 @@ func DefaultConfig() Config {
 		Ingest: IngestConfig{Batch: 256, FlushInterval: time.Millisecond, MaxInFlight: 8192,
 			ProbeInterval: 20 * time.Millisecond, OutageAfter: 3 * time.Second, MemberTimeout: 10 * time.Second, MaxIDLen: 256},
 		Scanner: ScannerConfig{LeaseTTL: 5 * time.Second, Poll: 20 * time.Millisecond, Batch: 256},
-		HTTP:    HTTPConfig{Addr: "127.0.0.1:8080"},
+		Alarm: AlarmConfig{Interval: 5 * time.Minute, Backoff: 1, MaxInterval: time.Hour, FlapCount: 5,
+			FlapWindow: 10 * time.Minute, FlapStable: 10 * time.Minute, AckWait: 30 * time.Second},
+		HTTP: HTTPConfig{Addr: "127.0.0.1:8080"},
 	}
 }
 
@@ -261,6 +277,12 @@ func setFromString(fv reflect.Value, s string) error {
 			return err
 		}
 		fv.SetBool(b)
+	case reflect.Float64:
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return err
+		}
+		fv.SetFloat(f)
 	default:
 		return fmt.Errorf("unsupported type %s", fv.Type())
 	}
@@ -273,13 +295,13 @@ func (c Config) Validate() error {
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("config: "+format, a...)) }
 	for _, r := range c.Roles {
 		switch r {
-		case "ingest", "scanner", "api":
+		case "ingest", "scanner", "alarm", "api":
 		default:
-			bad("unknown role %q (roles: ingest, scanner, api)", r)
+			bad("unknown role %q (roles: ingest, scanner, alarm, api)", r)
 		}
 	}
 	if len(c.Roles) == 0 {
-		bad("no roles: set roles to some of ingest, scanner, api")
+		bad("no roles: set roles to some of ingest, scanner, alarm, api")
 	}
 	if len(c.Redis.Addrs) == 0 {
 		bad("redis.addrs is empty")
@@ -315,6 +337,27 @@ func (c Config) Validate() error {
 	}
 	if c.Scanner.Batch < 1 || c.Ingest.Batch < 1 {
 		bad("scanner.batch and ingest.batch must be at least 1")
+	}
+	if c.hasRole("alarm") && c.NATS.Mode != "jetstream" {
+		bad("the alarm role needs nats.mode jetstream (it consumes lost and recovered events from the stream): use jetstream, or leave alarm out of roles")
+	}
+	a := c.Alarm
+	switch {
+	case a.Interval <= 0:
+		bad("alarm.interval must be positive")
+	case a.Backoff < 1:
+		bad("alarm.backoff %v must be at least 1 (1: no backoff)", a.Backoff)
+	case a.MaxInterval < a.Interval:
+		bad("alarm.max_interval %v must be at least alarm.interval %v", a.MaxInterval, a.Interval)
+	}
+	if a.MaxRepeats < 0 || a.FlapCount < 0 {
+		bad("alarm.max_repeats and alarm.flap_count must be >= 0 (0: unlimited / off)")
+	}
+	if a.FlapCount > 0 && (a.FlapWindow <= 0 || a.FlapStable <= 0) {
+		bad("alarm.flap_window and alarm.flap_stable must be positive (or set alarm.flap_count 0 to turn flap damping off)")
+	}
+	if a.AckWait < time.Second {
+		bad("alarm.ack_wait must be at least 1s")
 	}
 	if c.hasRole("api") {
 		host, _, err := net.SplitHostPort(c.HTTP.Addr)

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,9 @@ func TestShippedConfigLoads(t *testing.T) {
 	}
 	if cfg.Thresholds.Default != 30*time.Second || cfg.MQTT.Topics[0] != "devices/+/signal" {
 		t.Errorf("got default %v topics %v, want 30s [devices/+/signal]", cfg.Thresholds.Default, cfg.MQTT.Topics)
+	}
+	if def := DefaultConfig(); !reflect.DeepEqual(cfg.Alarm, def.Alarm) || !reflect.DeepEqual(cfg.Roles, def.Roles) {
+		t.Errorf("deploy/sigwatch.yaml alarm %+v roles %v, want the defaults %+v %v", cfg.Alarm, cfg.Roles, def.Alarm, def.Roles)
 	}
 }
 
@@ -52,6 +56,10 @@ func TestConfigRefusals(t *testing.T) {
 		"thresholds:\n  default: 0s\n":         "thresholds.default",
 		"redis:\n  adresses: [x]\n":            "adresses",
 		"nats:\n  mode: exactly-once-please\n": "nats.mode",
+		"nats:\n  mode: core\n":                "alarm role needs nats.mode jetstream",
+		"alarm:\n  backoff: 0.5\n":             "alarm.backoff",
+		"alarm:\n  max_interval: 1m\n":         "alarm.max_interval",
+		"alarm:\n  flap_window: 0s\n":          "alarm.flap_window",
 	}
 	for yaml, want := range cases {
 		p := filepath.Join(t.TempDir(), "c.yaml")

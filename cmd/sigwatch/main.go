@@ -1,10 +1,11 @@
 // Command sigwatch watches fleets of IoT devices for signal loss.
 //
-//	sigwatch run [--config sigwatch.yaml]   run the service (roles: ingest, scanner, api)
+//	sigwatch run [--config sigwatch.yaml]   run the service (roles: ingest, scanner, alarm, api)
 //	sigwatch demo                           run everything on embedded servers with a simulated fleet
 //	sigwatch simulate --broker URL          publish signals of a simulated fleet to any broker
 //	sigwatch shards status|double           show the topology and every shard; double the shards
-//	sigwatch device get|rm|threshold ID     look at or change one device through the API
+//	sigwatch device get|rm|threshold|ack ID look at or change one device through the API
+//	sigwatch mute add|ls|rm                 mute alarms of a device or a type for a while
 package main
 
 import (
@@ -29,7 +30,8 @@ commands:
   demo       run on embedded Redis, MQTT and NATS with a simulated fleet
   simulate   publish a simulated fleet's signals to an MQTT broker
   shards     status|double: topology, drain progress, sizes, owners; start a doubling
-  device     get|rm|threshold <id>: one device, through the HTTP API
+  device     get|rm|threshold|ack <id>: one device, through the HTTP API
+  mute       add|ls|rm: mute the alarms of a device or a type for a while
   version    print the version
 
 Every config key can be overridden by an environment variable,
@@ -62,6 +64,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	case "device":
 		err = cmdDevice(ctx, args[1:], stdout)
+	case "mute":
+		err = cmdMute(ctx, args[1:], stdout)
 	case "version":
 		fmt.Fprintln(stdout, "sigwatch", version)
 	case "help", "-h", "--help":
@@ -99,7 +103,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", os.Getenv("SIGWATCH_CONFIG"), "YAML config file (env SIGWATCH_CONFIG)")
-	roles := fs.String("roles", "", "comma-separated roles to run (default: all): ingest,scanner,api")
+	roles := fs.String("roles", "", "comma-separated roles to run (default: all): ingest,scanner,alarm,api")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/rueidis"
 
+	"github.com/sigwatch/sigwatch/alarm"
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/ingest"
 	"github.com/sigwatch/sigwatch/scanner"
@@ -40,6 +41,13 @@ type App struct {
 	pub   *dispatch.Publisher
 	in    *ingest.Ingest
 	sc    *scanner.Scanner
+
+	// timers and rtopo are the alarm's repeat timer queue and its
+	// topology; alarms serves the alarm role and the API's ack and mutes
+	// (nil when NATS runs in core mode).
+	timers *shard.Store
+	rtopo  *shard.Watcher
+	alarms *alarm.Alarms
 
 	httpLn  net.Listener
 	httpSrv *http.Server
@@ -125,10 +133,35 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		}
 	}
 	if cfg.hasRole("scanner") {
+		// The alarm's repeat scanner registers the same metrics with
+		// family="repeats".
+		sreg := prometheus.WrapRegistererWith(prometheus.Labels{"family": "deadlines"}, a.reg)
 		a.sc, err = scanner.New(scanner.Options{
 			Replica: replicaID(), LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll,
 			Batch: cfg.Scanner.Batch, Thresholds: a.thr,
-		}, a.store, a.topo, a.pub, a.reg, log.With("role", "scanner"))
+		}, a.store, a.topo, a.pub, sreg, log.With("role", "scanner"))
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cfg.hasRole("alarm") || cfg.hasRole("api") && a.pub.Mode() == dispatch.JetStream {
+		// The repeat timers are a second sharded queue; it starts with the
+		// deadlines' shard count and is doubled with them.
+		a.timers = shard.NewStore(a.rc, a.store.Keys().Alarm())
+		if a.rtopo, err = shard.NewWatcher(ctx, a.timers, a.topo.Current().Shards, 500*time.Millisecond, log); err != nil {
+			return nil, err
+		}
+		replica := ""
+		if cfg.hasRole("alarm") {
+			replica = replicaID()
+		}
+		ac := cfg.Alarm
+		a.alarms, err = alarm.New(alarm.Options{
+			Policy: alarm.Policy{Interval: ac.Interval, Backoff: ac.Backoff, MaxInterval: ac.MaxInterval,
+				MaxRepeats: ac.MaxRepeats, FlapCount: ac.FlapCount, FlapWindow: ac.FlapWindow, FlapStable: ac.FlapStable},
+			Replica: replica, Stream: cfg.NATS.Stream, AckWait: ac.AckWait,
+			LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll, Batch: cfg.Scanner.Batch,
+		}, a.store, a.topo, a.timers, a.rtopo, a.pub, a.reg, log.With("role", "alarm"))
 		if err != nil {
 			return nil, err
 		}
@@ -150,6 +183,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 	if a.sc != nil {
 		a.goRun("scanner", func() error { return a.sc.Run(runCtx) })
+	}
+	if a.rtopo != nil {
+		a.goRun("alarm topology", func() error { a.rtopo.Run(runCtx); return nil })
+	}
+	if a.alarms != nil && cfg.hasRole("alarm") {
+		a.goRun("alarm", func() error { return a.alarms.Run(runCtx) })
 	}
 	if a.httpSrv != nil {
 		go func() {

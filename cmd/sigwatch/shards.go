@@ -41,7 +41,35 @@ func cmdShardsDouble(ctx context.Context, args []string, stdout io.Writer) error
 		"Nothing is copied: every role switches within a second, and the old shards drain as their\n"+
 		"moved devices fall due (about one threshold). Watch it with `sigwatch shards status`.\n",
 		t.Prev, t.Shards, t.Epoch)
+	if note := doubleTimers(ctx, store, t); note != "" {
+		fmt.Fprintln(stdout, note)
+	}
 	return nil
+}
+
+// doubleTimers doubles the alarm's repeat timer queue along with the
+// deadlines (now at t), so both keep one shard count, and says what it did
+// ("" when the alarm role never ran). A doubling of the timers drains as
+// their moved timers fire (up to the longest repeat interval or ack); while
+// it does, the next doubling of the deadlines leaves the timers behind,
+// which costs nothing but balance: each queue has its own topology.
+func doubleTimers(ctx context.Context, store *shard.Store, t shard.Topology) string {
+	timers := shard.NewStore(store.Client(), store.Keys().Alarm())
+	rt, err := timers.Topology(ctx)
+	switch {
+	case err != nil:
+		return "" // no alarm role yet: its timers start with the deadlines' count
+	case rt.Shards >= t.Shards:
+		return ""
+	}
+	nt, err := timers.Double(ctx, time.Now())
+	switch {
+	case errors.Is(err, shard.ErrDraining):
+		return fmt.Sprintf("alarm repeat timers: their previous doubling still drains; they stay at %d shards until a later doubling", rt.Shards)
+	case err != nil:
+		return "alarm repeat timers not doubled: " + err.Error()
+	}
+	return fmt.Sprintf("alarm repeat timers: doubling %d -> %d shards started (epoch %d).", nt.Prev, nt.Shards, nt.Epoch)
 }
 
 // openStore connects to the Redis of cfg.
@@ -69,6 +97,9 @@ func (a *App) postShardsDouble(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
+	}
+	if note := doubleTimers(r.Context(), a.store, t); note != "" {
+		a.log.Info(note)
 	}
 	writeJSON(w, http.StatusOK, t)
 }

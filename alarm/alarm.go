@@ -1,0 +1,305 @@
+// Package alarm keeps an alarm for every lost device: raised when the
+// device is lost, repeated at an interval (with optional backoff) while it
+// stays silent, resolved when it signals again, is acknowledged, removed,
+// or has been repeated enough. A device that keeps going lost and coming
+// back is damped into one flapping notification.
+//
+// Alarm workers consume sigwatch.lost.> and sigwatch.recovered.> from the
+// event stream through one durable pull consumer shared by every replica,
+// so each event is handled once (and again if a worker dies mid-way). A
+// device's alarm state lives in Redis beside its registry entry, and every
+// transition is one compare-and-set, so replicas racing on a device make
+// one transition and one notification. Notifications are published after
+// the transition is stored and cleared from it only once JetStream has
+// them; their Nats-Msg-Id (NoteID) is derived from the transition, so
+// publishing one again after a crash is dropped by JetStream.
+//
+// Repeat timers are not goroutines: they live in a second instance of the
+// sharded delay queue (shard.Keys.Alarm, family shard.Repeats) with its own
+// topology and leases, fired by a scanner.Scanner whose Fire hook is the
+// alarm's. Its claims are bounded by the ingest watermark, so a repeat
+// fires only when "has the device signalled again?" can be answered.
+//
+// Goroutines and their owners: Run owns the repeat scanner, the event
+// consumer with its handlers, and the gauge counter. On shutdown the
+// consumer stops taking events and finishes those in hand, then the
+// scanner finishes its in-flight batch, then Run returns.
+package alarm
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/scanner"
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// Options configure the alarms. Zero values select the defaults given.
+type Options struct {
+	Policy Policy // default: 5m interval, no backoff, 1h cap, unlimited repeats, flapping at >5 in 10m, stable after 10m
+
+	// Replica names this process among the repeat scanners (unique, like
+	// the deadline scanner's). Required by Run; a process that only serves
+	// the API (Ack, Remove, mutes) leaves it empty.
+	Replica string
+	// Stream is the JetStream stream of the events, default "SIGWATCH".
+	Stream string
+	// Consumer is the durable consumer every replica shares, default
+	// "sigwatch-alarm".
+	Consumer string
+	// AckWait is how long an event a worker took stays with it before it is
+	// delivered to another, default 30s.
+	AckWait time.Duration
+	// Workers bounds the events handled at once, and the timers of one
+	// claimed batch, default 32.
+	Workers int
+
+	// The repeat scanner's lease time, rebalance period, poll bound and
+	// claim limit (see scanner.Options), defaults 5s, 500ms, 20ms, 256.
+	LeaseTTL  time.Duration
+	Rebalance time.Duration
+	Poll      time.Duration
+	Batch     int
+	// DrainCheck is the repeat scanner's drain period during a doubling of
+	// the timers, default 5s.
+	DrainCheck time.Duration
+
+	// CountEvery is the period of the active gauges' count, default 10s.
+	CountEvery time.Duration
+	// Now is the clock, default time.Now.
+	Now func() time.Time
+}
+
+// DefaultPolicy is the policy of an unconfigured alarm.
+var DefaultPolicy = Policy{
+	Interval: 5 * time.Minute, Backoff: 1, MaxInterval: time.Hour,
+	FlapCount: 5, FlapWindow: 10 * time.Minute, FlapStable: 10 * time.Minute,
+}
+
+func (o *Options) defaults() {
+	if o.Policy.Interval <= 0 {
+		o.Policy.Interval = DefaultPolicy.Interval
+	}
+	if o.Policy.Backoff < 1 {
+		o.Policy.Backoff = 1
+	}
+	if o.Policy.MaxInterval < o.Policy.Interval {
+		o.Policy.MaxInterval = max(o.Policy.Interval, DefaultPolicy.MaxInterval)
+	}
+	if o.Policy.FlapCount > 0 {
+		o.Policy.FlapWindow = cmp.Or(o.Policy.FlapWindow, DefaultPolicy.FlapWindow)
+		o.Policy.FlapStable = cmp.Or(o.Policy.FlapStable, DefaultPolicy.FlapStable)
+	}
+	o.Stream = cmp.Or(o.Stream, "SIGWATCH")
+	o.Consumer = cmp.Or(o.Consumer, "sigwatch-alarm")
+	if o.AckWait <= 0 {
+		o.AckWait = 30 * time.Second
+	}
+	if o.Workers <= 0 {
+		o.Workers = 32
+	}
+	if o.CountEvery <= 0 {
+		o.CountEvery = 10 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Alarms is the alarm state of every device and what changes it.
+type Alarms struct {
+	opts   Options
+	store  *shard.Store   // deadlines, registry, alarm state, mutes
+	topo   *shard.Watcher // the deadlines' topology
+	timers *shard.Store   // the repeat timers' queue
+	rtopo  *shard.Watcher // its topology
+	pub    *dispatch.Publisher
+	log    *slog.Logger
+	m      *metrics
+	sc     *scanner.Scanner // nil without Options.Replica
+
+	running atomic.Bool
+}
+
+// New returns the alarms. store and topo are the deadline queue's; timers
+// and timerTopo the repeat timers' queue (store.Keys().Alarm()). pub must
+// publish to JetStream. reg may be nil.
+func New(opts Options, store *shard.Store, topo *shard.Watcher, timers *shard.Store, timerTopo *shard.Watcher,
+	pub *dispatch.Publisher, reg prometheus.Registerer, log *slog.Logger) (*Alarms, error) {
+	opts.defaults()
+	switch {
+	case store == nil || topo == nil || timers == nil || timerTopo == nil:
+		return nil, errors.New("alarm: the deadline and repeat timer stores and their topology watchers are required")
+	case pub == nil:
+		return nil, errors.New("alarm: a publisher is required")
+	case pub.Mode() != dispatch.JetStream:
+		return nil, errors.New("alarm: alarms need nats.mode jetstream: they consume the lost and recovered events from the stream")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	a := &Alarms{opts: opts, store: store, topo: topo, timers: timers, rtopo: timerTopo, pub: pub, log: log, m: m}
+	if opts.Replica != "" {
+		// The repeat scanner's metrics are the deadline scanner's, told
+		// apart by a family label.
+		sreg := prometheus.WrapRegistererWith(prometheus.Labels{"family": "repeats"}, reg)
+		a.sc, err = scanner.New(scanner.Options{
+			Replica: opts.Replica, Family: shard.Repeats, Fire: a.fire, Watermark: store,
+			LeaseTTL: opts.LeaseTTL, Rebalance: opts.Rebalance, Poll: opts.Poll, Batch: opts.Batch,
+			DrainCheck: opts.DrainCheck, Now: opts.Now,
+		}, timers, timerTopo, nil, sreg, log.With("queue", "repeats"))
+		if err != nil {
+			return nil, fmt.Errorf("alarm: repeat scanner: %w", err)
+		}
+	}
+	return a, nil
+}
+
+// Run handles lost and recovered events and fires repeat timers until ctx
+// is done. It needs Options.Replica and may be called once.
+func (a *Alarms) Run(ctx context.Context) error {
+	if a.sc == nil {
+		return errors.New("alarm: Run needs Options.Replica: give each process a unique replica id")
+	}
+	if !a.running.CompareAndSwap(false, true) {
+		return errors.New("alarm: Run called twice")
+	}
+	cons, err := a.consumer(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
+		return err
+	}
+	scanCtx, stopScan := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopScan()
+	var wg sync.WaitGroup
+	scanErr := make(chan error, 1)
+	wg.Go(func() { scanErr <- a.sc.Run(scanCtx) })
+	wg.Go(func() { a.countLoop(scanCtx, a.sc.Owned, a.opts.CountEvery) })
+
+	err = a.consume(ctx, cons)
+	// Events first, then timers: the scanner finishes its in-flight batch.
+	stopScan()
+	wg.Wait()
+	a.m.set(counts{})
+	return errors.Join(err, <-scanErr)
+}
+
+// ErrNoAlarm is returned by Ack for a device without an open alarm.
+var ErrNoAlarm = errors.New("alarm: the device has no open alarm")
+
+// View is what the API shows of a device's alarm.
+type View struct {
+	Device string `json:"device"`
+	// State is raised (repeating), acked (repeats paused until AckedUntil),
+	// flapping, or idle.
+	State      string `json:"state"`
+	Since      int64  `json:"since,omitempty"`
+	Count      int    `json:"count"`
+	Next       int64  `json:"next,omitempty"`
+	AckedUntil int64  `json:"acked_until,omitempty"`
+	Last       string `json:"last,omitempty"` // last notification: state/reason
+	At         int64  `json:"at,omitempty"`
+}
+
+func view(id string, st State) View {
+	v := View{Device: id, State: "idle", Count: st.Count, Last: st.Last, At: st.At}
+	switch st.Phase {
+	case Active:
+		v.State, v.Since, v.Next = Raised, st.Since, st.Next
+		if st.AckedUntil > 0 {
+			v.State, v.AckedUntil, v.Next = "acked", st.AckedUntil, 0
+		}
+	case Damped:
+		v.State, v.Since = Flapping, st.Since
+	}
+	return v
+}
+
+// Get returns id's alarm, and false if it never had one.
+func (a *Alarms) Get(ctx context.Context, id string) (View, bool, error) {
+	st, err := a.load(ctx, id)
+	if err != nil {
+		return View{}, false, err
+	}
+	return view(id, st.State), st.raw != "", nil
+}
+
+// Ack acknowledges id's open alarm. With a zero until it is resolved
+// (reason acked); with a later until its repeats pause until then and
+// resume if the device is still silent. It fails with ErrNoAlarm when
+// there is no open alarm.
+func (a *Alarms) Ack(ctx context.Context, id string, until time.Time) (View, error) {
+	now := a.opts.Now()
+	var u int64
+	if !until.IsZero() {
+		if !until.After(now) {
+			return View{}, errors.New("alarm: ack until a time in the past: leave until out to resolve the alarm")
+		}
+		u = until.UnixMilli()
+	}
+	m := a.machine(id, now)
+	st, err := a.transition(ctx, id, now, func(st *State) (bool, error) {
+		if !m.ack(st, u) {
+			return false, ErrNoAlarm
+		}
+		return true, nil
+	})
+	if err != nil {
+		return View{}, err
+	}
+	return view(id, a.settle(ctx, id, st).State), nil
+}
+
+// Remove resolves id's alarm (reason removed) when the device is no
+// longer watched, and reports whether one was open; lost events from
+// before now raise nothing for the device.
+func (a *Alarms) Remove(ctx context.Context, id string) (bool, error) {
+	now := a.opts.Now()
+	m := a.machine(id, now)
+	var open bool
+	st, err := a.transition(ctx, id, now, func(st *State) (bool, error) {
+		open = st.Phase != Idle
+		m.remove(st)
+		return true, nil
+	})
+	if err != nil {
+		return false, err
+	}
+	a.settle(ctx, id, st)
+	return open, nil
+}
+
+// settle publishes what a transition made by the API decided. A failure is
+// not the caller's: the transition is stored and the device's timer
+// publishes it later.
+func (a *Alarms) settle(ctx context.Context, id string, st stored) stored {
+	out, err := a.flush(ctx, id, st)
+	if err != nil {
+		a.log.Warn("alarm notification not published yet; retried by its timer", "device", id, "err", err)
+		return st
+	}
+	return out
+}
+
+// machine returns the state machine of device id at now.
+func (a *Alarms) machine(id string, now time.Time) machine {
+	return machine{p: a.opts.Policy, id: id, now: now.UnixMilli()}
+}

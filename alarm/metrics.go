@@ -1,0 +1,165 @@
+package alarm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// metrics are the alarm's Prometheus metrics, prefixed sigwatch_alarm_.
+type metrics struct {
+	active        *prometheus.GaugeVec
+	flapping      prometheus.Gauge
+	notifications *prometheus.CounterVec
+	suppressed    *prometheus.CounterVec
+	events        *prometheus.CounterVec
+	publishErrors prometheus.Counter
+	repeatLag     prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	const ns, sub = "sigwatch", "alarm"
+	m := &metrics{
+		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "active",
+			Help: "Open alarms by state (raised: repeating; acked: paused by an ack with an end; flapping), " +
+				"counted every few seconds by the replica that owns repeat shard 0 (0 on the others)."}, []string{"state"}),
+		flapping: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "flapping",
+			Help: "Devices whose alarm is flapping, counted like active."}),
+		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "notifications_total",
+			Help: "Alarm notifications published, by state."}, []string{"state"}),
+		suppressed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "suppressed_total",
+			Help: "Alarm notifications a mute suppressed, by state."}, []string{"state"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "events_total",
+			Help: "Lost and recovered events handled, by event and whether they changed an alarm."}, []string{"event", "changed"}),
+		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "publish_errors_total",
+			Help: "Notifications not acknowledged by JetStream; they stay pending and are retried."}),
+		repeatLag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "repeat_lag_seconds",
+			Help:    "Time from when a repeat (or the end of an ack) was due to when it was handled.",
+			Buckets: prometheus.ExponentialBucketsRange(0.001, 600, 20)}),
+	}
+	for _, c := range []prometheus.Collector{m.active, m.flapping, m.notifications, m.suppressed, m.events,
+		m.publishErrors, m.repeatLag} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("alarm: register metrics: %w", err)
+		}
+	}
+	for _, s := range []string{Raised, "acked", Flapping} {
+		m.active.WithLabelValues(s)
+	}
+	return m, nil
+}
+
+func (m *metrics) notified(n Note) {
+	if n.Muted {
+		m.suppressed.WithLabelValues(n.State).Inc()
+		return
+	}
+	m.notifications.WithLabelValues(n.State).Inc()
+}
+
+func (m *metrics) handled(event string, changed bool) {
+	c := "false"
+	if changed {
+		c = "true"
+	}
+	m.events.WithLabelValues(event, c).Inc()
+}
+
+// counts are the open alarms by state.
+type counts struct{ raised, acked, flapping int }
+
+func (m *metrics) set(c counts) {
+	m.active.WithLabelValues(Raised).Set(float64(c.raised))
+	m.active.WithLabelValues("acked").Set(float64(c.acked))
+	m.active.WithLabelValues(Flapping).Set(float64(c.flapping))
+	m.flapping.Set(float64(c.flapping))
+}
+
+// countBatch is how many partitions one round trip of the count scans.
+const countBatch = 128
+
+// count reads every alarm state and counts the open alarms.
+func (a *Alarms) count(ctx context.Context) (counts, error) {
+	c := a.store.Client()
+	k := a.store.Keys()
+	var out counts
+	add := func(vals []string) {
+		for j := 1; j < len(vals); j += 2 {
+			var st struct {
+				Phase      Phase `json:"phase"`
+				AckedUntil int64 `json:"acked_until"`
+			}
+			if json.Unmarshal([]byte(vals[j]), &st) != nil {
+				continue
+			}
+			switch {
+			case st.Phase == Damped:
+				out.flapping++
+			case st.Phase == Active && st.AckedUntil > 0:
+				out.acked++
+			case st.Phase == Active:
+				out.raised++
+			}
+		}
+	}
+	for lo := 0; lo < shard.Parts; lo += countBatch {
+		cursors := make(map[int]uint64)
+		for p := lo; p < min(lo+countBatch, shard.Parts); p++ {
+			cursors[p] = 0
+		}
+		for len(cursors) > 0 {
+			parts := make([]int, 0, len(cursors))
+			cmds := make(rueidis.Commands, 0, len(cursors))
+			for p, cur := range cursors {
+				parts = append(parts, p)
+				cmds = append(cmds, c.B().Hscan().Key(k.PartKeyAt(p, stateName)).Cursor(cur).Count(1000).Build())
+			}
+			for j, r := range c.DoMulti(ctx, cmds...) {
+				e, err := r.AsScanEntry()
+				if err != nil {
+					return counts{}, fmt.Errorf("alarm: count alarms: %w", err)
+				}
+				add(e.Elements)
+				if e.Cursor == 0 {
+					delete(cursors, parts[j])
+				} else {
+					cursors[parts[j]] = e.Cursor
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// countLoop refreshes the active gauges every period while this replica
+// owns repeat shard 0, and zeroes them otherwise, until ctx is done.
+func (a *Alarms) countLoop(ctx context.Context, owned func() []int, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		own := owned()
+		if len(own) == 0 || own[0] != 0 {
+			a.m.set(counts{})
+			continue
+		}
+		c, err := a.count(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				a.log.Warn("counting open alarms failed", "err", err)
+			}
+			continue
+		}
+		a.m.set(c)
+	}
+}

@@ -1,0 +1,70 @@
+package alarm
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sigwatch/sigwatch/dispatch"
+)
+
+// flush publishes the pending notes of st (muted ones are dropped), then
+// clears them from the state with a compare-and-set, and returns the state
+// in force afterwards. A note is cleared only after JetStream acknowledged
+// it; publishing it again, after a crash or by a racing replica, carries
+// the same Nats-Msg-Id and is dropped by JetStream. When publishing fails
+// the notes stay pending and the device's timer (or the event's
+// redelivery) tries again.
+func (a *Alarms) flush(ctx context.Context, id string, st stored) (stored, error) {
+	for attempt := 0; attempt < casAttempts; attempt++ {
+		if len(st.Pending) == 0 {
+			return st, nil
+		}
+		var msgs []dispatch.Message
+		var notes []Note
+		for _, n := range st.Pending {
+			if n.Muted {
+				continue
+			}
+			msg, err := dispatch.Encode(a.pub.Subjects.Alarm(n.Type), n.ID, n.Alarm)
+			if err != nil {
+				return st, fmt.Errorf("alarm: encode notification: %w", err)
+			}
+			msgs = append(msgs, msg)
+			notes = append(notes, n)
+		}
+		for j, err := range a.pub.Publish(ctx, msgs) {
+			if err != nil {
+				a.m.publishErrors.Inc()
+				return st, fmt.Errorf("alarm: notify %s: %w", notes[j].ID, err)
+			}
+		}
+		next := st.State
+		next.Pending = nil
+		cur, ok, err := a.cas(ctx, id, st, next)
+		if err != nil {
+			return st, err
+		}
+		if ok {
+			for _, n := range st.Pending {
+				a.m.notified(n)
+			}
+			return cur, nil
+		}
+		// Someone changed the state meanwhile; what it still holds pending
+		// is published again (de-duplicated) and cleared.
+		if st, err = a.load(ctx, id); err != nil {
+			return st, err
+		}
+	}
+	return st, fmt.Errorf("%w: %s", errContended, id)
+}
+
+// apply runs a transition and publishes what it decided.
+func (a *Alarms) apply(ctx context.Context, id string, now time.Time, decide func(st *State) (bool, error)) (stored, error) {
+	st, err := a.transition(ctx, id, now, decide)
+	if err != nil {
+		return st, err
+	}
+	return a.flush(ctx, id, st)
+}

@@ -1,0 +1,93 @@
+package alarm
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// fire is the repeat scanner's Fire hook: it wakes the alarm of each due
+// timer of shard i. A timer is only a wake-up call; the device's state
+// says what is due (a repeat, the end of an ack or of flapping, a pending
+// notification) and when the timer must fire next. A timer that fires
+// early is moved to that time, one whose alarm has nothing left to do is
+// removed, and one that could not be handled stays and is claimed again.
+func (a *Alarms) fire(ctx context.Context, i int, due []shard.Entry, now time.Time) (handled []shard.Entry, moves []shard.Move) {
+	type fate struct {
+		remove bool
+		move   int64
+	}
+	fates := make([]fate, len(due))
+	sem := make(chan struct{}, a.opts.Workers)
+	var wg sync.WaitGroup
+	for j, e := range due {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			remove, move, err := a.wake(ctx, i, e, now)
+			if err != nil {
+				if ctx.Err() == nil {
+					a.log.Warn("repeat timer not handled; retried", "device", e.ID, "err", err)
+				}
+				return
+			}
+			fates[j] = fate{remove: remove, move: move}
+		})
+	}
+	wg.Wait()
+	for j, f := range fates {
+		switch {
+		case f.remove:
+			handled = append(handled, due[j])
+		case f.move > 0:
+			moves = append(moves, shard.Move{ID: due[j].ID, From: due[j].Deadline, To: f.move})
+		}
+	}
+	return handled, moves
+}
+
+// wake handles one due timer e of shard i and says what becomes of it:
+// removed, or moved to move. Both are compare-and-set on its claimed score,
+// so a timer a transition re-armed meanwhile stays as armed.
+func (a *Alarms) wake(ctx context.Context, i int, e shard.Entry, now time.Time) (remove bool, move int64, err error) {
+	id := e.ID
+	cur, err := a.current(ctx, id)
+	if err != nil {
+		return false, 0, err
+	}
+	m := a.machine(id, now)
+	var dueAt int64
+	st, err := a.transition(ctx, id, now, func(st *State) (bool, error) {
+		var changed bool
+		changed, dueAt = m.wake(st, cur)
+		return changed, nil
+	})
+	if err != nil {
+		return false, 0, err
+	}
+	if dueAt > 0 {
+		a.m.repeatLag.Observe(float64(now.UnixMilli()-dueAt) / 1e3)
+	}
+	if st, err = a.flush(ctx, id, st); err != nil {
+		return false, 0, err
+	}
+	w := st.wake(now.UnixMilli(), pendingRetry)
+	switch home := shard.Of(id, a.rtopo.Current().Shards); {
+	case w == 0:
+		return true, 0, nil
+	case i != home:
+		// A copy outside the device's shard (left by a doubling, or by a
+		// writer that had not seen it yet) is moved home.
+		if err := a.restore(ctx, id, w); err != nil {
+			return false, 0, err
+		}
+		return true, 0, nil
+	case w > e.Deadline:
+		return false, w, nil
+	}
+	// Due by the state but nothing done: try again shortly rather than at
+	// once.
+	return false, now.Add(pendingRetry).UnixMilli(), nil
+}

@@ -1,0 +1,332 @@
+package alarm
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/sigwatch/sigwatch/dispatch"
+)
+
+// Notification states, the "state" of a message on sigwatch.alarm.<type>.
+const (
+	Raised   = "raised"
+	Repeat   = "repeat"
+	Flapping = "flapping"
+	Resolved = "resolved"
+)
+
+// Reasons of a resolved notification, and of the raised that ends a
+// flapping alarm whose device stayed down.
+const (
+	ReasonRecovered = "recovered" // the device signalled again
+	ReasonAcked     = "acked"     // acknowledged without an end
+	ReasonRemoved   = "removed"   // the device was deleted through the API
+	ReasonExpired   = "expired"   // max repeats reached
+	ReasonStable    = "stable"    // a flapping device stopped flapping
+)
+
+// Phase is where a device's alarm stands.
+type Phase string
+
+const (
+	// Idle: no alarm (never raised, or resolved).
+	Idle Phase = ""
+	// Active: raised and repeating, or paused by an ack with an end.
+	Active Phase = "active"
+	// Damped: flapping; silent until the device is stable.
+	Damped Phase = "flapping"
+)
+
+// Note is a notification decided by a transition and not yet published.
+// Muted notes are decided as muted inside the transition, so every replica
+// that flushes it agrees, and are dropped instead of published.
+type Note struct {
+	dispatch.Alarm
+	Muted bool `json:"muted,omitempty"`
+}
+
+// State is a device's alarm as stored in Redis (JSON, one HASH field per
+// device in its registry partition). Every change is a compare-and-set of
+// the whole value, and Version grows with each, so two workers racing on a
+// device make exactly one transition.
+type State struct {
+	Version int64  `json:"v"`
+	Phase   Phase  `json:"phase,omitempty"`
+	Type    string `json:"type,omitempty"`
+	// Since is the deadline the device was lost at when the alarm started:
+	// the alarm's identity in notification ids.
+	Since int64 `json:"since,omitempty"`
+	// Deadline is the latest deadline the device was lost at (of this alarm
+	// or, when Idle, of the last one); lost events at or before it are old.
+	Deadline int64 `json:"deadline,omitempty"`
+	// Cleared: lost events at or before it raise nothing (their recovery,
+	// or the device's removal, was already handled).
+	Cleared int64 `json:"cleared,omitempty"`
+	Count   int   `json:"count,omitempty"` // repeats sent
+	Next    int64 `json:"next,omitempty"`  // next repeat (Active), unix ms
+	// AckedUntil pauses repeats of an Active alarm until then; they resume
+	// if the device is still silent.
+	AckedUntil int64 `json:"acked_until,omitempty"`
+	// StableAt ends a Damped alarm unless the device goes lost or recovers
+	// again before.
+	StableAt int64 `json:"stable_at,omitempty"`
+	// Losses are the recent deadlines the device was lost at, for flap
+	// damping.
+	Losses []int64 `json:"losses,omitempty"`
+	// Last is the last notification state (and reason), At its time.
+	Last    string `json:"last,omitempty"`
+	At      int64  `json:"at,omitempty"`
+	Pending []Note `json:"pending,omitempty"`
+}
+
+// Policy is the alarm's timing: repeat intervals and flap damping.
+type Policy struct {
+	Interval    time.Duration // before the first repeat
+	Backoff     float64       // each next interval is this times the last (>= 1)
+	MaxInterval time.Duration // cap of the backoff
+	MaxRepeats  int           // 0: unlimited; else resolved/expired after that many
+	FlapCount   int           // more lost/recovered cycles than this in FlapWindow: flapping (0: off)
+	FlapWindow  time.Duration
+	FlapStable  time.Duration // a flapping device stable this long ends flapping
+}
+
+// interval is the wait before repeat k (k >= 1).
+func (p Policy) interval(k int) time.Duration {
+	d := float64(p.Interval)
+	if p.Backoff > 1 && k > 1 {
+		d *= math.Pow(p.Backoff, float64(k-1))
+	}
+	if p.MaxInterval > 0 && d > float64(p.MaxInterval) {
+		return p.MaxInterval
+	}
+	return time.Duration(d)
+}
+
+// NoteID is the de-duplication id of a notification:
+// <device>@<alarm start>/<state>/<count>. One alarm makes each (state,
+// count) at most once, so the id is unique per transition and the same
+// whichever replica publishes it.
+func NoteID(device string, since int64, state string, count int) string {
+	return dispatch.LostID(device, since) + "/" + state + "/" + strconv.Itoa(count)
+}
+
+// machine applies events to one device's State. Its methods are pure: the
+// facts they need (the device's current deadline, the time) are passed in.
+type machine struct {
+	p   Policy
+	id  string
+	now int64
+}
+
+func (m machine) note(st *State, state, reason string) {
+	n := Note{Alarm: dispatch.Alarm{
+		ID: NoteID(m.id, st.Since, state, st.Count), Device: m.id, Type: st.Type,
+		State: state, Reason: reason, Count: st.Count, Since: st.Since, At: m.now,
+	}}
+	st.Pending = append(st.Pending, n)
+	st.Last = state
+	if reason != "" {
+		st.Last += "/" + reason
+	}
+}
+
+// resolve ends the alarm with reason.
+func (m machine) resolve(st *State, reason string) {
+	m.note(st, Resolved, reason)
+	st.Phase, st.Next, st.AckedUntil, st.StableAt = Idle, 0, 0, 0
+}
+
+// loss records a newly seen loss at deadline d and reports whether the
+// device now flaps.
+func (m machine) loss(st *State, d int64) bool {
+	from := m.now - m.p.FlapWindow.Milliseconds()
+	st.Losses = slices.DeleteFunc(st.Losses, func(x int64) bool { return x < from })
+	if !slices.Contains(st.Losses, d) {
+		st.Losses = append(st.Losses, d)
+		slices.Sort(st.Losses)
+	}
+	if m.p.FlapCount <= 0 {
+		st.Losses = nil
+		return false
+	}
+	if len(st.Losses) > m.p.FlapCount+1 {
+		st.Losses = st.Losses[len(st.Losses)-m.p.FlapCount-1:]
+	}
+	return len(st.Losses) > m.p.FlapCount
+}
+
+// damp starts a flapping alarm (or turns an idle device into one) at d.
+func (m machine) damp(st *State, d int64) {
+	st.Phase, st.Since, st.Count, st.Next, st.AckedUntil = Damped, d, 0, 0, 0
+	st.StableAt = m.now + m.p.FlapStable.Milliseconds()
+	m.note(st, Flapping, "")
+}
+
+// lost handles a lost event for deadline d of a device of type typ whose
+// current deadline is current (0: not watched); a current deadline after d
+// says the device has signalled since. It reports whether st changed.
+func (m machine) lost(st *State, d int64, typ string, current int64) bool {
+	if d <= st.Cleared || d <= st.Deadline {
+		return false // seen already, or its recovery or removal was
+	}
+	back := current > d
+	if typ != "" {
+		st.Type = typ
+	}
+	if st.Phase == Active {
+		// An alarm for an earlier loss is still open: the device came back
+		// in between (its recovered event is late or was lost).
+		m.resolve(st, ReasonRecovered)
+	}
+	flaps := m.loss(st, d)
+	st.Deadline = d
+	if back {
+		st.Cleared = d
+	}
+	switch {
+	case st.Phase == Damped:
+		st.StableAt = m.now + m.p.FlapStable.Milliseconds()
+	case flaps:
+		m.damp(st, d)
+	case back:
+		// Signalled again before the event was handled: nothing to raise.
+	default:
+		st.Phase, st.Since, st.Count, st.AckedUntil, st.StableAt = Active, d, 0, 0, 0
+		st.Next = m.now + m.p.interval(1).Milliseconds()
+		m.note(st, Raised, "")
+	}
+	return true
+}
+
+// recovered handles the recovery from the loss at deadline d.
+func (m machine) recovered(st *State, d int64, typ string) bool {
+	if d <= st.Cleared {
+		return false
+	}
+	newLoss := d > st.Deadline // its lost event is not handled yet
+	if d < st.Deadline {
+		// The recovery of an earlier loss: the alarm open now is for a
+		// later one.
+		return false
+	}
+	if typ != "" && st.Type == "" {
+		st.Type = typ
+	}
+	st.Cleared = d
+	flaps := false
+	if newLoss {
+		flaps = m.loss(st, d)
+		st.Deadline = d
+	}
+	switch {
+	case st.Phase == Active:
+		m.resolve(st, ReasonRecovered)
+		if flaps {
+			m.damp(st, d)
+		}
+	case st.Phase == Damped:
+		st.StableAt = m.now + m.p.FlapStable.Milliseconds()
+	case flaps:
+		m.damp(st, d)
+	}
+	return true
+}
+
+// wake handles a due timer: a repeat, the end of an ack, the end of
+// flapping. current is the device's current deadline (0: not watched).
+// It reports whether st changed and, for a repeat, when it was due.
+func (m machine) wake(st *State, current int64) (changed bool, dueAt int64) {
+	back := current > st.Deadline
+	switch st.Phase {
+	case Damped:
+		if st.StableAt > m.now {
+			return false, 0
+		}
+		st.Losses, st.StableAt = nil, 0
+		if back {
+			m.resolve(st, ReasonStable)
+			st.Cleared = max(st.Cleared, st.Deadline)
+			return true, 0
+		}
+		// Stable, but down: from now on a normal alarm.
+		st.Phase, st.Count = Active, 0
+		st.Next = m.now + m.p.interval(1).Milliseconds()
+		if st.AckedUntil <= m.now {
+			st.AckedUntil = 0
+			m.note(st, Raised, ReasonStable)
+		}
+		return true, 0
+	case Active:
+		if back {
+			m.resolve(st, ReasonRecovered)
+			st.Cleared = max(st.Cleared, st.Deadline)
+			return true, 0
+		}
+		due := st.Next
+		if st.AckedUntil > 0 {
+			due = st.AckedUntil
+		}
+		if due == 0 || due > m.now {
+			return false, 0
+		}
+		st.AckedUntil = 0
+		if m.p.MaxRepeats > 0 && st.Count >= m.p.MaxRepeats {
+			m.resolve(st, ReasonExpired)
+			return true, due
+		}
+		st.Count++
+		m.note(st, Repeat, "")
+		st.Next = m.now + m.p.interval(st.Count+1).Milliseconds()
+		return true, due
+	}
+	return false, 0
+}
+
+// ack acknowledges the alarm: until 0 resolves it, a later until pauses its
+// repeats until then. It reports false when there is no alarm to ack.
+func (m machine) ack(st *State, until int64) bool {
+	if st.Phase == Idle {
+		return false
+	}
+	if until <= 0 {
+		m.resolve(st, ReasonAcked)
+		return true
+	}
+	st.AckedUntil = until
+	return true
+}
+
+// remove resolves the alarm of a device that is no longer watched; lost
+// events from before now raise nothing.
+func (m machine) remove(st *State) {
+	if st.Phase != Idle {
+		m.resolve(st, ReasonRemoved)
+	}
+	st.Losses = nil
+	st.Cleared = max(st.Cleared, m.now)
+}
+
+// wake returns when the device's timer must fire next (0: never): the next
+// repeat, the end of an ack or of flapping, and, while notifications are
+// pending, retry after retry.
+func (st State) wake(now int64, retry time.Duration) int64 {
+	var w int64
+	switch st.Phase {
+	case Active:
+		w = st.Next
+		if st.AckedUntil > 0 {
+			w = st.AckedUntil
+		}
+	case Damped:
+		w = st.StableAt
+	}
+	if len(st.Pending) > 0 {
+		r := now + retry.Milliseconds()
+		if w == 0 || r < w {
+			w = r
+		}
+	}
+	return w
+}

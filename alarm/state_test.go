@@ -1,0 +1,113 @@
+package alarm
+
+import (
+	"testing"
+	"time"
+)
+
+func TestIntervalBacksOffToTheCap(t *testing.T) {
+	p := Policy{Interval: time.Minute, Backoff: 2, MaxInterval: 5 * time.Minute}
+	want := []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 5 * time.Minute, 5 * time.Minute}
+	for k, w := range want {
+		if got := p.interval(k + 1); got != w {
+			t.Errorf("interval(%d) = %v, want %v", k+1, got, w)
+		}
+	}
+}
+
+// run applies steps to one device's state and returns the notes it made.
+type step func(m machine, st *State)
+
+func at(ms int64, p Policy, st *State, f step) {
+	f(machine{p: p, id: "d", now: ms}, st)
+}
+
+func notes(st *State) []string {
+	var out []string
+	for _, n := range st.Pending {
+		out = append(out, n.ID)
+	}
+	return out
+}
+
+// TestMachine walks the state machine through its transitions and checks
+// the notification ids, which must be unique per transition.
+func TestMachine(t *testing.T) {
+	p := Policy{Interval: time.Second, Backoff: 1, MaxInterval: time.Second, MaxRepeats: 2,
+		FlapCount: 2, FlapWindow: 5 * time.Second, FlapStable: 10 * time.Second}
+	var st State
+	lost := func(d, cur int64) step { return func(m machine, st *State) { m.lost(st, d, "t", cur) } }
+	rec := func(d int64) step { return func(m machine, st *State) { m.recovered(st, d, "t") } }
+	wake := func(cur int64) step { return func(m machine, st *State) { m.wake(st, cur) } }
+
+	at(1000, p, &st, lost(1000, 0))
+	at(1000, p, &st, lost(1000, 0)) // delivered again: nothing
+	at(2000, p, &st, wake(0))
+	at(2500, p, &st, wake(0)) // not due
+	at(3000, p, &st, wake(0))
+	at(4000, p, &st, wake(0)) // max repeats: expired
+	want := []string{"d@1000/raised/0", "d@1000/repeat/1", "d@1000/repeat/2", "d@1000/resolved/2"}
+	if got := notes(&st); !equal(got, want) {
+		t.Fatalf("raised, repeats, expired: got %v, want %v", got, want)
+	}
+	if st.Phase != Idle || st.Last != "resolved/expired" {
+		t.Errorf("after expiry: phase %q last %q, want idle resolved/expired", st.Phase, st.Last)
+	}
+
+	// The recovery is handled before its loss: the loss raises nothing.
+	st.Pending = nil
+	at(9000, p, &st, rec(8000))
+	at(9000, p, &st, lost(8000, 0))
+	if len(st.Pending) != 0 || st.Phase != Idle {
+		t.Errorf("loss after its recovery: notes %v phase %q, want none", notes(&st), st.Phase)
+	}
+	// A loss whose device has signalled since raises nothing.
+	at(10000, p, &st, lost(9500, 12000))
+	if len(st.Pending) != 0 || st.Phase != Idle {
+		t.Errorf("loss of a device back since: notes %v phase %q, want none", notes(&st), st.Phase)
+	}
+	// That was the third loss within the window: the next one flaps.
+	at(11000, p, &st, lost(11000, 0))
+	at(11500, p, &st, rec(11000))
+	at(12000, p, &st, lost(12000, 0))
+	at(15000, p, &st, wake(0)) // not stable yet
+	want = []string{"d@11000/flapping/0"}
+	if got := notes(&st); !equal(got, want) {
+		t.Fatalf("flapping: got %v, want %v", got, want)
+	}
+	// Stable and down: a normal alarm from then on.
+	at(22000, p, &st, wake(0))
+	at(23000, p, &st, wake(0))
+	at(23500, p, &st, rec(12000))
+	want = append(want, "d@11000/raised/0", "d@11000/repeat/1", "d@11000/resolved/1")
+	if got := notes(&st); !equal(got, want) {
+		t.Fatalf("flapping then down: got %v, want %v", got, want)
+	}
+
+	// Ack until pauses, and the repeat after it continues the count.
+	st = State{}
+	at(1000, p, &st, lost(1000, 0))
+	at(1500, p, &st, func(m machine, st *State) { m.ack(st, 5000) })
+	at(2000, p, &st, wake(0))
+	at(5000, p, &st, wake(0))
+	at(5100, p, &st, func(m machine, st *State) { m.ack(st, 0) })
+	want = []string{"d@1000/raised/0", "d@1000/repeat/1", "d@1000/resolved/1"}
+	if got := notes(&st); !equal(got, want) || st.Last != "resolved/acked" {
+		t.Fatalf("ack until, then ack: got %v last %q, want %v resolved/acked", got, st.Last, want)
+	}
+	if (machine{p: p, id: "d", now: 6000}).ack(&st, 0) {
+		t.Error("ack of a resolved alarm succeeded, want refused")
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for j := range a {
+		if a[j] != b[j] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,196 @@
+package alarm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// casScript replaces a device's alarm state only if it is still the value
+// the caller read: the compare-and-set every transition is.
+//
+// KEYS[1]: alarm state HASH of the device's registry partition
+// ARGV[1]: device id
+// ARGV[2]: the value read ("" when there was none)
+// ARGV[3]: the new value
+// Returns: 1 if replaced, 0 if the state changed meanwhile.
+var casScript = rueidis.NewLuaScript(`
+local cur = redis.call('HGET', KEYS[1], ARGV[1]) or ''
+if cur ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+return 1`)
+
+// stateName is the name of the alarm state HASH in each registry partition.
+const stateName = "alarm"
+
+// stored is a State and the exact value it was read from, which the
+// compare-and-set compares against.
+type stored struct {
+	State
+	raw string
+}
+
+// load reads id's alarm state; a device never alarmed has the zero State.
+func (a *Alarms) load(ctx context.Context, id string) (stored, error) {
+	c := a.store.Client()
+	v, err := c.Do(ctx, c.B().Hget().Key(a.store.Keys().PartKey(id, stateName)).Field(id).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return stored{}, nil
+	}
+	if err != nil {
+		return stored{}, fmt.Errorf("alarm: read state of %s: %w", id, err)
+	}
+	var st State
+	if err := json.Unmarshal([]byte(v), &st); err != nil {
+		return stored{}, fmt.Errorf("alarm: state of %s is corrupt (%q): %w", id, v, err)
+	}
+	return stored{State: st, raw: v}, nil
+}
+
+// cas writes next over old and reports whether old was still current.
+func (a *Alarms) cas(ctx context.Context, id string, old stored, next State) (stored, bool, error) {
+	next.Version = old.Version + 1
+	b, err := json.Marshal(next)
+	if err != nil {
+		return stored{}, false, fmt.Errorf("alarm: encode state of %s: %w", id, err)
+	}
+	n, err := casScript.Exec(ctx, a.store.Client(), []string{a.store.Keys().PartKey(id, stateName)},
+		[]string{id, old.raw, string(b)}).AsInt64()
+	if err != nil {
+		return stored{}, false, fmt.Errorf("alarm: write state of %s: %w", id, err)
+	}
+	return stored{State: next, raw: string(b)}, n == 1, nil
+}
+
+// current returns id's current deadline: the later of its scores in its
+// shard and, while a doubling drains, its shard before (0: not watched).
+func (a *Alarms) current(ctx context.Context, id string) (int64, error) {
+	var best int64
+	for _, i := range locate(a.topo.Current(), id) {
+		d, ok, err := a.store.Score(ctx, shard.Deadlines, i, id)
+		if err != nil {
+			return 0, fmt.Errorf("alarm: deadline of %s: %w", id, err)
+		}
+		if ok && d > best {
+			best = d
+		}
+	}
+	return best, nil
+}
+
+// locate returns the shards that may hold id under t: its shard and, while
+// a doubling drains, its shard before.
+func locate(t shard.Topology, id string) []int {
+	cur := shard.Of(id, t.Shards)
+	if t.Prev != 0 {
+		if old := shard.Of(id, t.Prev); old != cur {
+			return []int{cur, old}
+		}
+	}
+	return []int{cur}
+}
+
+// armSkew is how far the clocks of two sigwatch hosts may disagree: a timer
+// scored up to this far ahead of our clock may already be claimed by a
+// scanner, so arming changes its score rather than keep it.
+const armSkew = time.Second
+
+// arm makes id's repeat timer fire no later than at, before a transition
+// that needs it is written. The copy in the device's shard is lowered to at
+// or created; while a doubling of the timers drains, a copy left in the
+// device's old shard is lowered too (it is never created there), so that
+// the later of the two, which is the one that fires, is not later than at.
+// A timer a scanner may be handling gets a new score, so the scanner
+// neither removes nor moves it. Arming never makes a timer later than a
+// state needs except by replacing one that is due now.
+func (a *Alarms) arm(ctx context.Context, id string, at int64, now time.Time) error {
+	horizon := now.Add(armSkew).UnixMilli()
+	for j, i := range locate(a.rtopo.Current(), id) {
+		if _, _, err := a.timers.Arm(ctx, shard.Repeats, i, id, at, horizon, j == 0); err != nil {
+			return fmt.Errorf("alarm: arm timer of %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// restore lowers id's timer to at (creating it if absent) after a
+// transition that armed it lost its compare-and-set: the arming may have
+// replaced an earlier timer the winner's state needs.
+func (a *Alarms) restore(ctx context.Context, id string, at int64) error {
+	if at <= 0 {
+		return nil
+	}
+	i := shard.Of(id, a.rtopo.Current().Shards)
+	if _, _, err := a.timers.Arm(ctx, shard.Repeats, i, id, at, 0, true); err != nil {
+		return fmt.Errorf("alarm: restore timer of %s: %w", id, err)
+	}
+	return nil
+}
+
+// errContended is returned when a device's state kept changing under a
+// transition; the caller retries later.
+var errContended = errors.New("alarm: state changed under every attempt")
+
+// casAttempts bounds the compare-and-set retries of one transition.
+const casAttempts = 16
+
+// transition applies decide to id's state with compare-and-set until it
+// sticks, and returns the state in force afterwards. decide changes the
+// state it is given and reports whether it did; it may run several times.
+// Notes decide adds are muted, inside the transition, if a mute covers them.
+// The timer is armed for the new state before the state is written, so a
+// written state never waits for a timer that is not there.
+func (a *Alarms) transition(ctx context.Context, id string, now time.Time, decide func(st *State) (bool, error)) (stored, error) {
+	armed := false
+	for attempt := 0; attempt < casAttempts; attempt++ {
+		old, err := a.load(ctx, id)
+		if err != nil {
+			return stored{}, err
+		}
+		next := old.State
+		next.Losses = append([]int64(nil), old.Losses...)
+		next.Pending = append([]Note(nil), old.Pending...)
+		changed, err := decide(&next)
+		if err != nil {
+			return stored{}, err
+		}
+		if !changed {
+			if armed {
+				if err := a.restore(ctx, id, old.wake(now.UnixMilli(), pendingRetry)); err != nil {
+					return stored{}, err
+				}
+			}
+			return old, nil
+		}
+		if len(next.Pending) > len(old.Pending) {
+			if err := a.mute(ctx, next.Pending[len(old.Pending):], now); err != nil {
+				return stored{}, err
+			}
+		}
+		next.At = now.UnixMilli()
+		if w := next.wake(now.UnixMilli(), pendingRetry); w > 0 {
+			if err := a.arm(ctx, id, w, now); err != nil {
+				return stored{}, err
+			}
+			armed = true
+		}
+		cur, ok, err := a.cas(ctx, id, old, next)
+		if err != nil {
+			return stored{}, err
+		}
+		if ok {
+			return cur, nil
+		}
+	}
+	return stored{}, fmt.Errorf("%w: %s", errContended, id)
+}
+
+// pendingRetry is when a notification that could not be published is tried
+// again by the device's timer.
+const pendingRetry = 2 * time.Second
