@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -77,6 +78,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg.MQTT.Brokers = []string{brokerURL}
 	cfg.MQTT.ClientID = "sigwatch-demo"
 	cfg.Thresholds.Default = *threshold
+	cfg.Alarm.Interval = *threshold // silent devices get a few repeats before they come back
 	cfg.HTTP.Addr = fmt.Sprintf("127.0.0.1:%d", httpPort)
 	logFile, err := os.Create(filepath.Join(dir, "sigwatch.log"))
 	if err != nil {
@@ -120,7 +122,8 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 %d simulated devices signal every second; a few go silent for %v at a time.
 Threshold %v: a silent device is reported lost on sigwatch.lost.<type>, and
-sigwatch.recovered.<type> when it comes back.
+sigwatch.recovered.<type> when it comes back; its alarm on sigwatch.alarm.<type>
+is raised, repeated every threshold while it stays silent, and resolved.
 
 `, rd.Addr, brokerURL, brokerName, ns.URL, app.HTTPAddr(), *devices, 2**threshold, *threshold)
 
@@ -145,20 +148,20 @@ sigwatch.recovered.<type> when it comes back.
 				watched = float64(v.Devices)
 			}
 			lost, recovered, p50, p99 := w.stats()
-			fmt.Fprintf(stdout, "%4ds  watched %6.0f  signals/s %7.0f  lost %5d  recovered %5d  fire lag p50 %4dms p99 %4dms  silenced so far %d\n",
-				int(time.Since(start).Seconds()), watched, signals-lastSignals, lost, recovered, p50, p99, fl.Silenced())
+			fmt.Fprintf(stdout, "%4ds  watched %6.0f  signals/s %7.0f  lost %5d  recovered %5d  alarms %5d  fire lag p50 %4dms p99 %4dms\n",
+				int(time.Since(start).Seconds()), watched, signals-lastSignals, lost, recovered, w.alarmCount(), p50, p99)
 			lastSignals = signals
 		}
 	}
 	stopFleet()
 	lost, recovered, _, p99 := w.stats()
 	fmt.Fprintf(stdout, `
-Summary: %d lost events, %d recovered, fire lag p99 %dms, %d signals published.
+Summary: %d lost events, %d recovered, %d alarm notifications, fire lag p99 %dms, %d signals published.
 
 Point real devices at sigwatch:   mosquitto_pub -h 127.0.0.1 -p %s -q 1 -t devices/<id>/signal -m ''
 Subscribe a business handler:     nats sub -s %s 'sigwatch.lost.>'
 Run it for real:                  sigwatch run --config sigwatch.yaml (see README)
-`, lost, recovered, p99, fl.Sent(), portOf(brokerURL), ns.URL)
+`, lost, recovered, w.alarmCount(), p99, fl.Sent(), portOf(brokerURL), ns.URL)
 	if *duration > 0 && lost == 0 {
 		return errors.New("demo: no device was reported lost")
 	}
@@ -179,6 +182,7 @@ type watch struct {
 	mu        sync.Mutex
 	lost      int
 	recovered int
+	alarms    int
 	lags      []int64
 }
 
@@ -187,15 +191,23 @@ func (w *watch) onEvent(m *nats.Msg) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
-	case len(m.Subject) > len("sigwatch.lost.") && m.Subject[:len("sigwatch.lost.")] == "sigwatch.lost.":
+	case strings.HasPrefix(m.Subject, "sigwatch.lost."):
 		var ev dispatch.Lost
 		if json.Unmarshal(m.Data, &ev) == nil {
 			w.lost++
 			w.lags = append(w.lags, now-ev.Deadline)
 		}
-	case len(m.Subject) > len("sigwatch.recovered.") && m.Subject[:len("sigwatch.recovered.")] == "sigwatch.recovered.":
+	case strings.HasPrefix(m.Subject, "sigwatch.recovered."):
 		w.recovered++
+	case strings.HasPrefix(m.Subject, "sigwatch.alarm."):
+		w.alarms++
 	}
+}
+
+func (w *watch) alarmCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.alarms
 }
 
 func (w *watch) stats() (lost, recovered int, p50, p99 int64) {
