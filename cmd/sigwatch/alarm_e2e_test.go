@@ -195,7 +195,7 @@ func TestAlarmsSurviveKills(t *testing.T) {
 	w.kill()
 	f.kill()
 	time.Sleep(time.Second)
-	f = full("full-3")
+	full("full-3")
 	restarted := time.Now()
 
 	// Every alarm goes on after the restarts.
