@@ -1,0 +1,176 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// burst is scenario 4: n devices whose deadlines all fall due in the same
+// second (the same millisecond, the hardest case) → time until every lost
+// event is stored in JetStream, against raw JetStream async publishing of n
+// messages of the same size.
+func (r *runner) burst(ctx context.Context) error {
+	n := r.prof.Burst
+	sc := Scenario{ID: 4, Name: "burst", Title: "Expiry burst",
+		Baselines: []string{fmt.Sprintf("raw JetStream async publish: %d messages of the size of a sigwatch lost event, "+
+			"each with its own Nats-Msg-Id, published asynchronously (4,096 pending, as sigwatch's publisher) by one "+
+			"client into a stream with the same settings as sigwatch's (file storage, 2-minute de-duplication window); "+
+			"timed from the first publish to the last acknowledgement.", n)}}
+
+	sw, body, err := r.burstSigwatch(ctx, n)
+	if err != nil {
+		return fmt.Errorf("sigwatch: %w", err)
+	}
+	raw, err := r.burstRaw(ctx, n, body)
+	if err != nil {
+		return fmt.Errorf("raw jetstream: %w", err)
+	}
+	f := newFigure(fmt.Sprintf("%s expiries in one second → all lost events in JetStream", groupThousands(int64(n))), "events/s",
+		float64(n)/sw.Seconds(), "raw JetStream publish", float64(n)/raw.Seconds(), ratioAtLeast(0.7))
+	f.Detail = fmt.Sprintf("sigwatch took %s from the deadline until the stream held all %d events; raw publishing took %s",
+		sw.Round(time.Millisecond), n, raw.Round(time.Millisecond))
+	sc.Figures = append(sc.Figures, f)
+	sc.Notes = append(sc.Notes, "While sigwatch fired the burst: "+r.burstCPU.String()+" (the harness process is the scanner).")
+	sc.Notes = append(sc.Notes, "Every device is in the registry; all deadlines are the same millisecond. The scanner claims "+
+		"batches of 256 per shard, reads the registry, publishes, marks each device lost and compare-and-removes the batch.")
+	r.res.add(sc)
+	return nil
+}
+
+// burstSigwatch times the scanner firing n deadlines that fall due at once.
+// It returns the time from the deadline until the stream holds every event,
+// and the body of one event (so the baseline publishes the same size).
+func (r *runner) burstSigwatch(ctx context.Context, n int) (time.Duration, []byte, error) {
+	if err := r.e.flush(ctx); err != nil {
+		return 0, nil, err
+	}
+	keys := shard.NewKeys("sw")
+	store := shard.NewStore(r.e.rc, keys)
+	ids := deviceIDs(n)
+	far := time.Now().Add(10 * time.Minute).UnixMilli()
+	r.p.Printf("burst", "sigwatch: loading %d devices", n)
+	if err := preload(ctx, store, ids, func(int) int64 { return far }); err != nil {
+		return 0, nil, err
+	}
+	if err := preloadRegistry(ctx, store, ids, ""); err != nil {
+		return 0, nil, err
+	}
+	g, err := r.startScanRig(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer g.stop()
+	js, err := jetstream.New(r.e.nc)
+	if err != nil {
+		return 0, nil, err
+	}
+	stream, err := js.Stream(ctx, "SIGWATCH")
+	if err != nil {
+		return 0, nil, err
+	}
+	count := func() uint64 {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			return 0
+		}
+		return info.State.Msgs
+	}
+	base := count()
+
+	due := time.Now().Add(1500 * time.Millisecond)
+	if err := setDeadlines(ctx, r.e.rc, keys, ids, func(int) int64 { return due.UnixMilli() }); err != nil {
+		return 0, nil, err
+	}
+	if d := time.Until(due); d < 200*time.Millisecond {
+		return 0, nil, fmt.Errorf("setting %d deadlines took too long (%s left before they fell due)", n, d)
+	}
+	r.p.Printf("burst", "sigwatch: %d deadlines fall due at %s", n, due.Format("15:04:05.000"))
+	meter := r.newCPUMeter(ctx, nil)
+	time.Sleep(time.Until(due))
+	s0 := meter.sample()
+	stopProf := r.cpuProfile("scanner-burst", fmt.Sprintf("scanner firing %d deadlines due at once (scenario 4)", n))
+	var elapsed time.Duration
+	next := time.Now().Add(time.Second)
+	for {
+		c := count() - base
+		if c >= uint64(n) {
+			elapsed = time.Since(due)
+			break
+		}
+		if time.Since(due) > 2*time.Minute || ctx.Err() != nil {
+			stopProf()
+			return 0, nil, fmt.Errorf("%d of %d lost events in the stream after %s", c, n, time.Since(due).Round(time.Second))
+		}
+		if time.Now().After(next) {
+			r.p.Printf("burst", "sigwatch: %d/%d lost events in JetStream", c, n)
+			next = next.Add(time.Second)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	shares := meter.since(s0)
+	stopProf()
+	r.p.Printf("burst", "sigwatch: all %d lost events in JetStream %s after the deadline (%.0f/s); %s", n,
+		elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), shares)
+	r.burstCPU = shares
+
+	// One stored event, for the baseline's message size.
+	msg, err := stream.GetLastMsgForSubject(ctx, "sigwatch.lost.>")
+	if err != nil {
+		return 0, nil, fmt.Errorf("read a lost event back: %w", err)
+	}
+	return elapsed, msg.Data, nil
+}
+
+// burstRaw times publishing n messages of body's size into a JetStream
+// stream configured as sigwatch's, from the first publish to the last ack.
+func (r *runner) burstRaw(ctx context.Context, n int, body []byte) (time.Duration, error) {
+	js, err := jetstream.New(r.e.nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return 0, err
+	}
+	const name = "BENCHRAW"
+	if err := js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, err
+	}
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"benchraw.>"},
+		Storage: jetstream.FileStorage, Replicas: 1, Duplicates: 2 * time.Minute})
+	if err != nil {
+		return 0, err
+	}
+	defer js.DeleteStream(context.WithoutCancel(ctx), name)
+	r.p.Printf("burst", "raw: publishing %d messages of %d bytes", n, len(body))
+	subject := "benchraw.lost." + dispatch.SanitizeType("")
+	start := time.Now()
+	for j := range n {
+		m := nats.NewMsg(subject)
+		m.Data = body
+		if _, err := js.PublishMsgAsync(m, jetstream.WithMsgID(fmt.Sprintf("%s@%d", deviceID(j), start.UnixMilli()))); err != nil {
+			return 0, err
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(2 * time.Minute):
+		return 0, fmt.Errorf("acks still pending after 2 minutes")
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	elapsed := time.Since(start)
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if info.State.Msgs != uint64(n) {
+		return 0, fmt.Errorf("stream holds %d messages, want %d", info.State.Msgs, n)
+	}
+	r.p.Printf("burst", "raw: %d messages acked in %s (%.0f/s)", n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds())
+	return elapsed, nil
+}

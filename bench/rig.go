@@ -1,0 +1,189 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/scanner"
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// threshold is the silence threshold of every device in the harness:
+// sigwatch's default.
+const threshold = 30 * time.Second
+
+// scanRig is sigwatch's expiry side running in this process: the topology
+// watcher, a scanner owning every shard, and a stand-in for ingest's
+// watermark, which it advances every 20ms as ingest's probe would while
+// ingest is consuming (the resets of these scenarios are written straight
+// to Redis, not through a broker).
+type scanRig struct {
+	store *shard.Store
+	pub   *dispatch.Publisher
+	sc    *scanner.Scanner
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// startScanRig starts the rig and returns once the scanner owns every shard.
+func (r *runner) startScanRig(ctx context.Context) (*scanRig, error) {
+	store := shard.NewStore(r.e.rc, shard.NewKeys("sw"))
+	topo, err := shard.NewWatcher(ctx, store, shards, 500*time.Millisecond, nil)
+	if err != nil {
+		return nil, err
+	}
+	thr := shard.NewThresholds(store, threshold, nil)
+	pub, err := dispatch.New(ctx, r.e.nc, dispatch.Options{})
+	if err != nil {
+		return nil, err
+	}
+	sc, err := scanner.New(scanner.Options{Replica: fmt.Sprintf("bench-%d", time.Now().UnixNano()), Thresholds: thr},
+		store, topo, pub, prometheus.NewRegistry(), nil)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := store.AdvanceWatermark(ctx, time.Now().UnixMilli(), 3*time.Second); err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	g := &scanRig{store: store, pub: pub, sc: sc, cancel: cancel}
+	g.wg.Go(func() { topo.Run(rctx) })
+	g.wg.Go(func() {
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case now := <-t.C:
+				store.AdvanceWatermark(rctx, now.UnixMilli(), 3*time.Second)
+			}
+		}
+	})
+	g.wg.Go(func() { sc.Run(rctx) })
+	if !waitFor(ctx, 15*time.Second, func() bool { return len(sc.Owned()) == shards }) {
+		g.stop()
+		return nil, fmt.Errorf("scanner owns %d of %d shards after 15s", len(sc.Owned()), shards)
+	}
+	return g, nil
+}
+
+// stop stops the scanner (which finishes its in-flight batches) and the
+// watermark stand-in, and waits for them.
+func (g *scanRig) stop() {
+	g.cancel()
+	g.wg.Wait()
+}
+
+// lostWatcher receives lost events on core NATS and records each event's
+// fire lag: the time it was received minus its deadline.
+type lostWatcher struct {
+	nc  *nats.Conn
+	sub *nats.Subscription
+
+	mu   sync.Mutex
+	lags []float64 // ms
+	seen map[string]struct{}
+	dups int
+}
+
+func newLostWatcher(url, subject string) (*lostWatcher, error) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return nil, fmt.Errorf("bench: connect nats: %w", err)
+	}
+	w := &lostWatcher{nc: nc, seen: make(map[string]struct{})}
+	w.sub, err = nc.Subscribe(subject, w.onMsg)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	w.sub.SetPendingLimits(-1, -1)
+	if err := nc.Flush(); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *lostWatcher) onMsg(m *nats.Msg) {
+	now := time.Now()
+	var ev struct {
+		ID       string `json:"id"`
+		Deadline int64  `json:"deadline"`
+	}
+	if err := json.Unmarshal(m.Data, &ev); err != nil {
+		return
+	}
+	lag := float64(now.UnixMicro())/1000 - float64(ev.Deadline)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.seen[ev.ID]; ok {
+		w.dups++
+		return
+	}
+	w.seen[ev.ID] = struct{}{}
+	w.lags = append(w.lags, lag)
+}
+
+// reset forgets what was received so far.
+func (w *lostWatcher) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lags, w.seen, w.dups = nil, make(map[string]struct{}), 0
+}
+
+func (w *lostWatcher) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.lags)
+}
+
+func (w *lostWatcher) stats() (lagStats, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return summarize(w.lags), w.dups
+}
+
+func (w *lostWatcher) close() { w.nc.Close() }
+
+// cpuProfile records a CPU profile of this process into dir/name.pprof
+// until the returned function is called, which adds the profile and its
+// top costs to the results.
+func (r *runner) cpuProfile(name, what string) (stop func()) {
+	if err := os.MkdirAll(r.profDir, 0o755); err != nil {
+		r.p.Printf("profile", "no CPU profile: %v", err)
+		return func() {}
+	}
+	// Each profile of the run keeps its own files, as RESULTS.md shows both.
+	path := filepath.Join(r.profDir, r.prof.Name+"-"+name+".pprof")
+	f, err := os.Create(path)
+	if err != nil {
+		r.p.Printf("profile", "no CPU profile: %v", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		r.p.Printf("profile", "no CPU profile: %v", err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		// The top costs are read at the end of the run, so that running
+		// pprof does not disturb a measurement.
+		r.res.Profiles = append(r.res.Profiles, CPUProfile{Name: name, What: what, File: filepath.ToSlash(path)})
+		r.p.Printf("profile", "wrote %s", path)
+	}
+}
