@@ -356,7 +356,22 @@ func (in *Ingest) Run(ctx context.Context) error {
 			<-ctx.Done()
 		}
 	} else {
-		close(probed)
+		// Without a broker, signals come only through Signal, which is
+		// synchronous: a barrier through the same pipeline vouches for
+		// every signal enqueued before it, as a returning probe does.
+		go func() {
+			defer close(probed)
+			tick := time.NewTicker(in.opts.ProbeInterval)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stopProb:
+					return
+				case <-tick.C:
+					in.enqueueBarrier(in.now().UnixMilli())
+				}
+			}
+		}()
 		<-ctx.Done()
 	}
 
