@@ -485,7 +485,7 @@ func cli(t *testing.T, env *testenv.Env, args ...string) string {
 
 // TestDoublingAcrossProcesses doubles the shards of a running deployment
 // with `sigwatch shards double` while devices signal and go silent, kills one
-// of the processes with -9 and starts another during the drain: exactly the
+// of three processes with -9 and starts a fourth during the drain: exactly the
 // silenced devices are reported, once, never early, and every shard, old and
 // new, has one live owner within the lease time.
 func TestDoublingAcrossProcesses(t *testing.T) {
@@ -494,6 +494,7 @@ func TestDoublingAcrossProcesses(t *testing.T) {
 	thr := "SIGWATCH_THRESHOLDS_DEFAULT=" + threshold.String()
 	a := startProc(t, env, "a", thr, "SIGWATCH_MQTT_SHARED_GROUP=", "SIGWATCH_MQTT_CLIENT_ID=sigwatch-a")
 	startProc(t, env, "b", thr, "SIGWATCH_MQTT_SHARED_GROUP=", "SIGWATCH_MQTT_CLIENT_ID=sigwatch-b")
+	startProc(t, env, "c", thr, "SIGWATCH_MQTT_SHARED_GROUP=", "SIGWATCH_MQTT_CLIENT_ID=sigwatch-c")
 	l := watchLost(t, env.NATS.URL)
 	d := startDevices(t, env.Mosquitto.URL, 300, 300*time.Millisecond)
 	time.Sleep(3 * time.Second)
@@ -508,7 +509,7 @@ func TestDoublingAcrossProcesses(t *testing.T) {
 		case 20:
 			a.kill()
 		case 25:
-			startProc(t, env, "c", thr, "SIGWATCH_MQTT_SHARED_GROUP=", "SIGWATCH_MQTT_CLIENT_ID=sigwatch-c")
+			startProc(t, env, "d", thr, "SIGWATCH_MQTT_SHARED_GROUP=", "SIGWATCH_MQTT_CLIENT_ID=sigwatch-d")
 		}
 		time.Sleep(75 * time.Millisecond)
 	}
