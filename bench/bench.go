@@ -75,6 +75,12 @@ type profile struct {
 	// PeerFor the length of each peer's measurement.
 	PeerDevices int
 	PeerFor     time.Duration
+	// DoublingDevices is the key space of the doubling scenario; its
+	// writers push deadlines DoublingThreshold ahead (a drain lasts about
+	// that long), and each phase is measured for DoublingPhase.
+	DoublingDevices   int
+	DoublingThreshold time.Duration
+	DoublingPhase     time.Duration
 }
 
 var profiles = map[string]profile{
@@ -85,6 +91,7 @@ var profiles = map[string]profile{
 		LagDevices: []int{100_000}, LagWindow: 8 * time.Second, LagFires: 8_000,
 		Burst:       100_000,
 		PeerDevices: 50_000, PeerFor: 3 * time.Second,
+		DoublingDevices: 100_000, DoublingThreshold: 10 * time.Second, DoublingPhase: 3 * time.Second,
 	},
 	"full": {
 		Name:          "full",
@@ -93,6 +100,7 @@ var profiles = map[string]profile{
 		LagDevices: []int{100_000, 1_000_000}, LagWindow: 20 * time.Second, LagFires: 20_000,
 		Burst:       100_000,
 		PeerDevices: 100_000, PeerFor: 8 * time.Second,
+		DoublingDevices: 1_000_000, DoublingThreshold: time.Minute, DoublingPhase: 8 * time.Second,
 	},
 }
 
