@@ -1,11 +1,71 @@
 package shard
 
-import "github.com/redis/rueidis"
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+
+	"github.com/redis/rueidis"
+)
+
+// script is a Lua script that can also run for many keys in one round trip.
+// rueidis's Lua.ExecMulti loads the script (SCRIPT LOAD) before every
+// batch, one more sequential round trip per call; ExecMulti here sends
+// EVALSHA at once and falls back to EVAL only for the calls that found the
+// script missing (a restarted or flushed Redis).
+type script struct {
+	*rueidis.Lua
+	src, sha string
+}
+
+func newScript(src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{Lua: rueidis.NewLuaScript(src), src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// ExecMulti runs the script once per exec, all in one round trip (two when
+// Redis does not have the script yet). Results are in the order of execs.
+func (s *script) ExecMulti(ctx context.Context, c rueidis.Client, execs ...rueidis.LuaExec) []rueidis.RedisResult {
+	if len(execs) == 0 {
+		return nil
+	}
+	cmds := make(rueidis.Commands, len(execs))
+	for j, e := range execs {
+		cmds[j] = c.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build()
+	}
+	rs := c.DoMulti(ctx, cmds...)
+	var again []int
+	for j, r := range rs {
+		if err, ok := rueidis.IsRedisErr(r.Error()); ok && err.IsNoScript() {
+			again = append(again, j)
+		}
+	}
+	if len(again) > 0 {
+		cmds = cmds[:0]
+		for _, j := range again {
+			e := execs[j]
+			cmds = append(cmds, c.B().Eval().Script(s.src).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build())
+		}
+		for k, r := range c.DoMulti(ctx, cmds...) {
+			rs[again[k]] = r
+		}
+	}
+	return rs
+}
 
 // upsertScript pushes deadlines forward and reports which members are new.
 // A writer that placed its timers under a topology older than the shard's
 // floor is refused and writes nothing: it may hold devices that moved away
 // from this shard, and the drain has already checked the shard clean.
+//
+// It costs one native variadic call in the steady state: ZADD XX GT CH
+// pushes every present member forward and counts what it changed (ARGV
+// already holds the score, member pairs ZADD takes). XX adds nothing, so
+// when every pair changed a member, every id was present and none is new.
+// Otherwise (an id was absent, or already held this deadline or a later
+// one) one ZMSCORE per chunk learns which ids are absent, before any is
+// added, and one variadic ZADD GT adds them. Chunks bound what unpack puts
+// on Lua's stack. An id given twice is reported once, at its later deadline.
 //
 // KEYS[1]: timer ZSET of one shard
 // KEYS[2]: layout HASH of the shard
@@ -13,7 +73,7 @@ import "github.com/redis/rueidis"
 // ARGV[2..]: deadline1, id1, deadline2, id2, ...
 // Returns: the ids that were absent (first seen, or back after being lost),
 // or the error STALE when the writer's epoch is below the floor.
-var upsertScript = rueidis.NewLuaScript(`
+var upsertScript = newScript(`
 local epoch = tonumber(ARGV[1])
 if epoch > 0 then
   local floor = redis.call('HGET', KEYS[2], 'floor')
@@ -21,11 +81,30 @@ if epoch > 0 then
     return redis.error_reply('STALE topology epoch ' .. ARGV[1] .. ' below floor ' .. floor)
   end
 end
-local added = {}
-for i = 2, #ARGV, 2 do
-  if redis.call('ZADD', KEYS[1], 'GT', ARGV[i], ARGV[i+1]) == 1 then
-    added[#added+1] = ARGV[i+1]
+local chunk = 2000
+local changed = 0
+for lo = 2, #ARGV, chunk do
+  changed = changed + redis.call('ZADD', KEYS[1], 'XX', 'GT', 'CH', unpack(ARGV, lo, math.min(lo + chunk - 1, #ARGV)))
+end
+if changed == (#ARGV - 1) / 2 then return {} end
+local add, added, seen = {}, {}, {}
+for lo = 2, #ARGV, chunk do
+  local ids = {}
+  for i = lo + 1, math.min(lo + chunk - 1, #ARGV), 2 do ids[#ids+1] = ARGV[i] end
+  local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+  for j = 1, #ids do
+    if not scores[j] then
+      add[#add+1] = ARGV[lo + 2*j - 2]
+      add[#add+1] = ids[j]
+      if not seen[ids[j]] then
+        seen[ids[j]] = true
+        added[#added+1] = ids[j]
+      end
+    end
   end
+end
+for lo = 1, #add, chunk do
+  redis.call('ZADD', KEYS[1], 'GT', unpack(add, lo, math.min(lo + chunk - 1, #add)))
 end
 return added`)
 
