@@ -55,8 +55,6 @@ type child struct {
 	in    io.WriteCloser
 	out   *bufio.Scanner
 	log   string
-	done  chan struct{}
-	err   error
 	first string // the first line it printed (its ready line)
 }
 
@@ -92,7 +90,7 @@ func startChild(dir, role string, cfg any) (*child, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("bench: start %s child: %w", role, err)
 	}
-	c := &child{role: role, cmd: cmd, in: in, out: bufio.NewScanner(outPipe), log: logPath, done: make(chan struct{})}
+	c := &child{role: role, cmd: cmd, in: in, out: bufio.NewScanner(outPipe), log: logPath}
 	c.out.Buffer(make([]byte, 64<<10), 1<<20)
 	ready := make(chan bool, 1)
 	go func() {
