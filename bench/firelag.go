@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/ingest"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -74,8 +75,9 @@ func (r *runner) fireLag(ctx context.Context) error {
 	}
 	sc.Notes = append(sc.Notes, fmt.Sprintf("%d devices fall due, spread evenly over %s, and are never reset; every other "+
 		"device is reset (its deadline pushed 10 minutes ahead) by 4 writers in batches of %d, paced to half the raw "+
-		"write ceiling of scenario 2. The scanner fires up to an ingest watermark that a stand-in advances every 20 ms, "+
-		"as ingest's probe does.", r.prof.LagFires, r.prof.LagWindow, writeBatch))
+		"write ceiling of scenario 2. The scanner (on a Redis client of its own, as `sigwatch run` wires it) fires up to "+
+		"an ingest watermark that a stand-in advances every %s, as ingest's probe does by default.",
+		r.prof.LagFires, r.prof.LagWindow, writeBatch, ingest.DefaultProbeInterval))
 	r.res.add(sc)
 	return nil
 }

@@ -12,8 +12,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
 
 	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/ingest"
 	"github.com/sigwatch/sigwatch/scanner"
 	"github.com/sigwatch/sigwatch/shard"
 )
@@ -23,14 +25,16 @@ import (
 const threshold = 30 * time.Second
 
 // scanRig is sigwatch's expiry side running in this process: the topology
-// watcher, a scanner owning every shard, and a stand-in for ingest's
-// watermark, which it advances every 20ms as ingest's probe would while
-// ingest is consuming (the resets of these scenarios are written straight
-// to Redis, not through a broker).
+// watcher, a scanner owning every shard on a Redis client of its own (as
+// `sigwatch run` gives the scanner role), and a stand-in for ingest's
+// watermark, which it advances every ingest.DefaultProbeInterval as
+// ingest's probe would while ingest is consuming (the resets of these
+// scenarios are written straight to Redis, not through a broker).
 type scanRig struct {
 	store *shard.Store
 	pub   *dispatch.Publisher
 	sc    *scanner.Scanner
+	rc    rueidis.Client // the scanner's own client
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -48,19 +52,25 @@ func (r *runner) startScanRig(ctx context.Context) (*scanRig, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc, err := scanner.New(scanner.Options{Replica: fmt.Sprintf("bench-%d", time.Now().UnixNano()), Thresholds: thr},
-		store, topo, pub, prometheus.NewRegistry(), nil)
+	rc, err := newRedisClient(r.e.redis.Addr)
 	if err != nil {
 		return nil, err
 	}
+	sc, err := scanner.New(scanner.Options{Replica: fmt.Sprintf("bench-%d", time.Now().UnixNano()), Thresholds: thr},
+		shard.NewStore(rc, store.Keys()), topo, pub, prometheus.NewRegistry(), nil)
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
 	if _, err := store.AdvanceWatermark(ctx, time.Now().UnixMilli(), 3*time.Second); err != nil {
+		rc.Close()
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	g := &scanRig{store: store, pub: pub, sc: sc, cancel: cancel}
+	g := &scanRig{store: store, pub: pub, sc: sc, rc: rc, cancel: cancel}
 	g.wg.Go(func() { topo.Run(rctx) })
 	g.wg.Go(func() {
-		t := time.NewTicker(20 * time.Millisecond)
+		t := time.NewTicker(ingest.DefaultProbeInterval)
 		defer t.Stop()
 		for {
 			select {
@@ -80,10 +90,11 @@ func (r *runner) startScanRig(ctx context.Context) (*scanRig, error) {
 }
 
 // stop stops the scanner (which finishes its in-flight batches) and the
-// watermark stand-in, and waits for them.
+// watermark stand-in, waits for them, then closes the scanner's client.
 func (g *scanRig) stop() {
 	g.cancel()
 	g.wg.Wait()
+	g.rc.Close()
 }
 
 // lostWatcher receives lost events on core NATS and records each event's

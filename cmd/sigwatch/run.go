@@ -30,17 +30,22 @@ import (
 // App is one running sigwatch process: the roles it was given, wired to
 // Redis, NATS and the broker.
 type App struct {
-	cfg   Config
-	log   *slog.Logger
-	reg   *prometheus.Registry
-	rc    rueidis.Client
-	nc    *nats.Conn
-	store *shard.Store
-	topo  *shard.Watcher
-	thr   *shard.Thresholds
-	pub   *dispatch.Publisher
-	in    *ingest.Ingest
-	sc    *scanner.Scanner
+	cfg Config
+	log *slog.Logger
+	reg *prometheus.Registry
+	rc  rueidis.Client
+	// scanRC is the scanner role's own Redis client (nil without the
+	// role): its claims, registry reads and settles are small and
+	// latency-bound, and on the shared client they would queue behind
+	// ingest's large pipelined batches.
+	scanRC rueidis.Client
+	nc     *nats.Conn
+	store  *shard.Store
+	topo   *shard.Watcher
+	thr    *shard.Thresholds
+	pub    *dispatch.Publisher
+	in     *ingest.Ingest
+	sc     *scanner.Scanner
 
 	// timers and rtopo are the alarm's repeat timer queue and its
 	// topology; alarms serves the alarm role and the API's ack and mutes
@@ -87,12 +92,18 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	a.rc, err = rueidis.NewClient(rueidis.ClientOption{
-		InitAddress: cfg.Redis.Addrs, Username: cfg.Redis.Username, Password: cfg.Redis.Password,
-		SelectDB: cfg.Redis.DB, TLSConfig: redisTLS, DisableCache: true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("redis %v: %w%s", cfg.Redis.Addrs, err, hint(err, "Redis", "redis.addrs / SIGWATCH_REDIS_ADDRS"))
+	newRedis := func() (rueidis.Client, error) {
+		c, err := rueidis.NewClient(rueidis.ClientOption{
+			InitAddress: cfg.Redis.Addrs, Username: cfg.Redis.Username, Password: cfg.Redis.Password,
+			SelectDB: cfg.Redis.DB, TLSConfig: redisTLS, DisableCache: true,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("redis %v: %w%s", cfg.Redis.Addrs, err, hint(err, "Redis", "redis.addrs / SIGWATCH_REDIS_ADDRS"))
+		}
+		return c, nil
+	}
+	if a.rc, err = newRedis(); err != nil {
+		return nil, err
 	}
 	a.store = shard.NewStore(a.rc, shard.NewKeys(cfg.Redis.Prefix))
 	if a.topo, err = shard.NewWatcher(ctx, a.store, cfg.Shards.Initial, 500*time.Millisecond, log); err != nil {
@@ -136,10 +147,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		// The alarm's repeat scanner registers the same metrics with
 		// family="repeats".
 		sreg := prometheus.WrapRegistererWith(prometheus.Labels{"family": "deadlines"}, a.reg)
+		if a.scanRC, err = newRedis(); err != nil {
+			return nil, err
+		}
 		a.sc, err = scanner.New(scanner.Options{
 			Replica: replicaID(), LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll,
 			Batch: cfg.Scanner.Batch, Thresholds: a.thr,
-		}, a.store, a.topo, a.pub, sreg, log.With("role", "scanner"))
+		}, shard.NewStore(a.scanRC, a.store.Keys()), a.topo, a.pub, sreg, log.With("role", "scanner"))
 		if err != nil {
 			return nil, err
 		}
@@ -253,6 +267,9 @@ func (a *App) closeClients() {
 			time.Sleep(20 * time.Millisecond)
 		}
 		a.nc.Close()
+	}
+	if a.scanRC != nil {
+		a.scanRC.Close()
 	}
 	if a.rc != nil {
 		a.rc.Close()
