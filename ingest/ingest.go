@@ -68,7 +68,7 @@ type Options struct {
 	FlushInterval time.Duration // or once the oldest pending signal waited this long, default 1ms
 	MaxInFlight   int           // signals received but not yet stored and acked, default 8192
 
-	ProbeInterval time.Duration // watermark probe period, default 20ms
+	ProbeInterval time.Duration // watermark probe period, default DefaultProbeInterval
 	ProbeTopic    string        // default "sigwatch/probe/<ClientID>"
 	OutageAfter   time.Duration // a watermark gap larger than this is an outage, default 3s
 	// MemberTimeout is how long a member that stopped probing (it died)
@@ -99,6 +99,12 @@ const (
 	// reconnectMax caps paho's reconnect back-off.
 	reconnectMax = 2 * time.Second
 )
+
+// DefaultProbeInterval is the default watermark probe period. A deadline
+// fires only once the watermark has passed it, so the probe period is most
+// of the scanner's fire lag; a probe costs one MQTT message and one Redis
+// script per ingest member, however many devices and shards there are.
+const DefaultProbeInterval = 10 * time.Millisecond
 
 func (o *Options) defaults() error {
 	if len(o.Topics) == 0 {
@@ -132,7 +138,7 @@ func (o *Options) defaults() error {
 		o.MaxInFlight = 8192
 	}
 	if o.ProbeInterval <= 0 {
-		o.ProbeInterval = 20 * time.Millisecond
+		o.ProbeInterval = DefaultProbeInterval
 	}
 	if o.ProbeTopic == "" {
 		o.ProbeTopic = "sigwatch/probe/" + o.ClientID

@@ -50,7 +50,7 @@ func (s *Scanner) runShard(ctx context.Context, l *shardLoop) {
 			return
 		default:
 		}
-		wait, err := s.step(ctx, i, l.lease)
+		wait, wake, err := s.step(ctx, i, l.lease)
 		switch {
 		case errors.Is(err, shard.ErrNotOwner):
 			s.leaseLost(l, "scan")
@@ -64,7 +64,7 @@ func (s *Scanner) runShard(ctx context.Context, l *shardLoop) {
 		default:
 			bo.reset()
 		}
-		if wait > 0 && !sleep(ctx, l.stop, wait) {
+		if wait > 0 && !sleepOrWake(ctx, l.stop, wait, wake) {
 			return
 		}
 	}
@@ -72,10 +72,17 @@ func (s *Scanner) runShard(ctx context.Context, l *shardLoop) {
 
 // sleep waits for d and reports whether the loop should go on.
 func sleep(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
+	return sleepOrWake(ctx, stop, d, nil)
+}
+
+// sleepOrWake is sleep that also ends early when wake is closed.
+func sleepOrWake(ctx context.Context, stop <-chan struct{}, d time.Duration, wake <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return true
+	case <-wake:
 		return true
 	case <-stop:
 		return false
@@ -85,33 +92,37 @@ func sleep(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
 }
 
 // step claims and handles one batch of shard i and returns how long to wait
-// before the next claim.
-func (s *Scanner) step(ctx context.Context, i int, lease shard.Lease) (time.Duration, error) {
+// before the next claim, and a channel that ends the wait early: closed
+// when the watermark moves, if what is due waits only for it.
+func (s *Scanner) step(ctx context.Context, i int, lease shard.Lease) (time.Duration, <-chan struct{}, error) {
 	now := s.opts.Now()
 	wm, outages, err := s.wm.get(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("scanner: shard %d: %w", i, err)
+		return 0, nil, fmt.Errorf("scanner: shard %d: %w", i, err)
 	}
 	if wm == 0 {
 		// Ingest never ran: nothing is known to be silent.
-		return s.opts.Poll, nil
+		return s.opts.Poll, nil, nil
 	}
 	s.m.watermarkLag.Set(float64(now.UnixMilli()-wm) / 1e3)
 	horizon := min(now.UnixMilli(), wm)
 	c, err := s.store.Claim(ctx, s.opts.Family, i, lease, horizon, s.opts.Batch)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	due := c.Due
 	if len(due) == 0 {
 		wait := s.opts.Poll
 		if c.HasHead {
-			// A head due by the clock but not by the watermark waits a poll.
-			if d := time.UnixMilli(c.Head.Deadline).Sub(now); d > 0 && d < wait {
-				wait = d
+			d := time.UnixMilli(c.Head.Deadline).Sub(now)
+			if d <= 0 {
+				// Due by the clock but not by the watermark: claim again as
+				// soon as a later watermark is read, within a poll.
+				return wait, s.wm.wait(wm), nil
 			}
+			wait = min(wait, d)
 		}
-		return wait, nil
+		return wait, nil, nil
 	}
 	s.m.batchSize.Observe(float64(len(due)))
 
@@ -120,7 +131,7 @@ func (s *Scanner) step(ctx context.Context, i int, lease shard.Lease) (time.Dura
 	var stale []shard.Entry
 	if prev, cur, ok := crossing(s.topo.Current(), c.Layout); ok {
 		if due, stale, err = s.cross(ctx, i, prev, cur, due); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 	}
 
@@ -148,23 +159,23 @@ func (s *Scanner) step(ctx context.Context, i int, lease shard.Lease) (time.Dura
 	if len(handled)+len(moves) > 0 {
 		st, err := s.store.Settle(ctx, s.opts.Family, i, lease, handled, moves)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		s.m.deferred.Add(float64(st.Moved))
 		s.m.revived.Add(float64(len(st.Revived)))
 		if s.opts.Fire == nil {
 			for _, r := range st.Revived {
 				if err := s.recovered(ctx, r, fired[r.ID]); err != nil {
-					return 0, err
+					return 0, nil, err
 				}
 			}
 		}
 	}
 	if fireErr != nil {
 		// What was not published stays in the shard and is claimed again.
-		return 0, fireErr
+		return 0, nil, fireErr
 	}
-	return 0, nil
+	return 0, nil, nil
 }
 
 // firedLost is what recovery needs to know about a published lost event.
@@ -229,10 +240,7 @@ func (s *Scanner) fireLost(ctx context.Context, i int, due []shard.Entry, outage
 		acked = append(acked, e)
 	}
 
-	marked := make([]error, len(acked))
-	parallel(len(acked), func(j int) {
-		marked[j] = s.store.MarkLost(ctx, acked[j].ID, acked[j].Deadline, firedAt)
-	})
+	marked := s.store.MarkLostMulti(ctx, acked, firedAt)
 	handled = make([]shard.Entry, 0, len(acked))
 	for j, e := range acked {
 		if marked[j] != nil {
@@ -322,28 +330,121 @@ func (b *backoff) next() time.Duration {
 
 func (b *backoff) reset() { b.d = 0 }
 
-// watermarkCache shares one read of the ingest watermark among the shard
-// loops; it is read again at most every poll interval.
-type watermarkCache struct {
-	store *shard.Store
-	every time.Duration
+// watermark shares one read of the ingest watermark among the shard loops.
+// A step takes the last value read, reading it itself only when no read is
+// younger than a poll (so an idle scanner reads it about once per poll, for
+// all its shards). A loop whose head is due by the clock but not by the
+// watermark waits for a later one instead (wait): while any does, the
+// refresher (run, owned by Scanner.Run) reads the watermark every
+// watermarkEvery and wakes the waiting loops as soon as it moved, rather
+// than a poll later. An older watermark is never unsafe: it only holds
+// firing back (invariant 6).
+type watermark struct {
+	store   *shard.Store
+	maxAge  time.Duration
+	refresh time.Duration
+	kick    chan struct{} // wakes an idle refresher
 
-	mu      sync.Mutex
-	read    time.Time // when wm was read; real time, for rate-limiting only
-	wm      int64
-	outages []shard.Outage
+	mu        sync.Mutex
+	read      time.Time // when wm was read; real time, for freshness only
+	wm        int64
+	outages   []shard.Outage
+	wantUntil time.Time // the refresher runs until then
+	// outN and outLast are the length and last entry of the outage list
+	// when outages was read.
+	outN    int64
+	outLast shard.Outage
+	changed chan struct{} // closed, and replaced, when wm moves forward
 }
 
-func (c *watermarkCache) get(ctx context.Context) (int64, []shard.Outage, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.read.IsZero() && time.Since(c.read) < c.every {
-		return c.wm, c.outages, nil
+// newWatermark returns a watermark read at least every maxAge while steps
+// ask for it and, while loops wait for it to move, every refresh.
+func newWatermark(store *shard.Store, maxAge, refresh time.Duration) *watermark {
+	return &watermark{store: store, maxAge: maxAge, refresh: refresh, kick: make(chan struct{}, 1),
+		outN: -1, changed: make(chan struct{})}
+}
+
+// get returns the watermark and the recorded outages.
+func (w *watermark) get(ctx context.Context) (int64, []shard.Outage, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.read.IsZero() || time.Since(w.read) >= w.maxAge {
+		if err := w.refreshLocked(ctx); err != nil {
+			return 0, nil, err
+		}
 	}
-	wm, outages, err := c.store.Watermark(ctx)
+	return w.wm, w.outages, nil
+}
+
+// wait returns a channel closed once a watermark later than wm is read, and
+// keeps the refresher reading for a poll.
+func (w *watermark) wait(wm int64) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.wantUntil = time.Now().Add(w.maxAge)
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	if w.wm > wm {
+		closed := make(chan struct{})
+		close(closed)
+		return closed
+	}
+	return w.changed
+}
+
+// refreshLocked reads the watermark; the caller holds mu. The outages are
+// read again only when the list changed: it only grows at its end (and is
+// trimmed at its start), so its length and last entry say whether it did.
+// Either read takes the watermark before the outages, in one round trip, and
+// an outage is recorded before the watermark that jumped over it: a
+// watermark is never paired with outages older than it.
+func (w *watermark) refreshLocked(ctx context.Context) error {
+	wm, n, last, err := w.store.WatermarkHead(ctx)
 	if err != nil {
-		return 0, nil, err
+		return err
 	}
-	c.read, c.wm, c.outages = time.Now(), wm, outages
-	return wm, outages, nil
+	if n != w.outN || last != w.outLast {
+		var outs []shard.Outage
+		if wm, outs, err = w.store.Watermark(ctx); err != nil {
+			return err
+		}
+		w.outages, w.outN, w.outLast = outs, n, last
+	}
+	w.read = time.Now()
+	if wm > w.wm {
+		w.wm = wm
+		close(w.changed)
+		w.changed = make(chan struct{})
+	}
+	return nil
+}
+
+// run reads the watermark every refresh while a loop waits for it to move,
+// and sleeps otherwise, until ctx is done. Failures are left to the loops:
+// get reads by itself once no read is fresh.
+func (w *watermark) run(ctx context.Context) {
+	t := time.NewTicker(w.refresh)
+	defer t.Stop()
+	for {
+		w.mu.Lock()
+		wanted := time.Now().Before(w.wantUntil)
+		w.mu.Unlock()
+		if !wanted {
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.kick:
+			}
+		}
+		w.mu.Lock()
+		_ = w.refreshLocked(ctx)
+		w.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

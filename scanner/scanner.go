@@ -51,7 +51,7 @@ type Options struct {
 	// acquisition and release, default 500ms.
 	Rebalance time.Duration
 	// Poll bounds the wait between two claims of one shard and the age of
-	// the watermark read, default 20ms.
+	// the watermark read, default DefaultPoll.
 	Poll time.Duration
 	// Batch is the claim limit, default 256.
 	Batch int
@@ -85,6 +85,17 @@ type Options struct {
 	DrainCheck time.Duration
 }
 
+// DefaultPoll is the default Options.Poll. An idle shard costs one claim
+// per poll, so the Redis work of an idle fleet grows with shards / poll; a
+// due head that waits for the watermark does not wait for the poll (the
+// loop wakes when a later watermark is read).
+const DefaultPoll = 20 * time.Millisecond
+
+// watermarkEvery is how often the scanner reads the ingest watermark (at
+// most half a poll): one small round trip per period for the whole
+// replica, however many shards it owns.
+const watermarkEvery = 5 * time.Millisecond
+
 func (o *Options) defaults() {
 	if o.Family == "" {
 		o.Family = shard.Deadlines
@@ -96,7 +107,7 @@ func (o *Options) defaults() {
 		o.Rebalance = 500 * time.Millisecond
 	}
 	if o.Poll <= 0 {
-		o.Poll = 20 * time.Millisecond
+		o.Poll = DefaultPoll
 	}
 	if o.Batch <= 0 {
 		o.Batch = 256
@@ -121,7 +132,7 @@ type Scanner struct {
 	log   *slog.Logger
 	warn  *limitedLog
 	m     *metrics
-	wm    *watermarkCache
+	wm    *watermark
 
 	running atomic.Bool
 	mu      sync.Mutex
@@ -168,7 +179,7 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Pu
 		log:   log,
 		warn:  newLimitedLog(log, time.Second),
 		m:     m,
-		wm:    &watermarkCache{store: cmp.Or(opts.Watermark, store), every: opts.Poll},
+		wm:    newWatermark(cmp.Or(opts.Watermark, store), opts.Poll, min(watermarkEvery, opts.Poll/2)),
 		loops: make(map[int]*shardLoop),
 	}, nil
 }
@@ -197,8 +208,18 @@ func (s *Scanner) Run(ctx context.Context) error {
 	// batch can be published and settled after shutdown begins.
 	// cancelLoops is the hard stop.
 	loopCtx, cancelLoops := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelLoops()
 	var wg sync.WaitGroup
+	// The watermark refresher serves the loops, so it lives as long as they
+	// may: it stops after them, when Run returns.
+	refreshed := make(chan struct{})
+	go func() {
+		defer close(refreshed)
+		s.wm.run(loopCtx)
+	}()
+	defer func() {
+		cancelLoops()
+		<-refreshed
+	}()
 
 	rebalance := time.NewTicker(s.opts.Rebalance)
 	defer rebalance.Stop()

@@ -653,6 +653,36 @@ func TestOutageDefersInsteadOfFiring(t *testing.T) {
 	}
 }
 
+// TestWatermarkWakesWaitingShard proves that a shard whose head is due by
+// the clock but not yet by the watermark never fires before the watermark
+// passes it (invariant 6), and is claimed again as soon as a later
+// watermark is read, not a poll later: with a poll of a minute, the device
+// still fires within the test's wait.
+func TestWatermarkWakesWaitingShard(t *testing.T) {
+	h := newHarness(t, 1)
+	t0 := time.Now().UnixMilli()
+	if _, err := h.store.AdvanceWatermark(h.ctx, t0, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	h.add(shard.Entry{ID: "w", Deadline: t0 + 50})
+	s, _ := h.scanner("a", func(o *Options) { o.Poll = time.Minute })
+	stop := h.run(s)
+	testenv.WaitFor(t, 3*time.Second, "the scanner to own the shard", func() bool { return len(s.Owned()) == 1 })
+	for time.Now().UnixMilli() < t0+300 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := h.events.lostOf("w"); len(got) != 0 {
+		t.Fatalf("w fired past the stalled watermark: %+v", got)
+	}
+	wm := time.Now().UnixMilli()
+	if _, err := h.store.AdvanceWatermark(h.ctx, wm, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "w to fire once the watermark passed it", func() bool { return len(h.events.lostOf("w")) == 1 })
+	stop()
+	checkNoLeak(t)
+}
+
 // TestNoWatermarkFiresNothing proves invariant 6 before ingest ever ran:
 // with no watermark nothing is known to be silent, so nothing fires.
 func TestNoWatermarkFiresNothing(t *testing.T) {

@@ -251,7 +251,7 @@ return old`)
 // KEYS[1]: registry partition of the device
 // ARGV[1]: device id; ARGV[2]: deadline, unix ms; ARGV[3]: fired at, unix ms
 // Returns: 1.
-var lostScript = rueidis.NewLuaScript(`
+var lostScript = newScript(`
 local old = redis.call('HGET', KEYS[1], ARGV[1])
 local d = {}
 if old then d = cjson.decode(old) end

@@ -440,17 +440,47 @@ func (s *Store) Watermark(ctx context.Context) (int64, []Outage, error) {
 	}
 	outs := make([]Outage, 0, len(raw))
 	for _, r := range raw {
-		a, b, ok := strings.Cut(r, ":")
-		if !ok {
-			continue
-		}
-		start, err1 := strconv.ParseInt(a, 10, 64)
-		end, err2 := strconv.ParseInt(b, 10, 64)
-		if err1 == nil && err2 == nil {
-			outs = append(outs, Outage{Start: start, End: end})
+		if o, ok := parseOutage(r); ok {
+			outs = append(outs, o)
 		}
 	}
 	return wm, outs, nil
+}
+
+func parseOutage(r string) (Outage, bool) {
+	a, b, ok := strings.Cut(r, ":")
+	if !ok {
+		return Outage{}, false
+	}
+	start, err1 := strconv.ParseInt(a, 10, 64)
+	end, err2 := strconv.ParseInt(b, 10, 64)
+	return Outage{Start: start, End: end}, err1 == nil && err2 == nil
+}
+
+// WatermarkHead returns the ingest watermark, the number of recorded
+// outages and the last of them: enough for a reader that keeps the outages
+// to tell whether they changed (the list only grows at its end and is
+// trimmed at its start) without reading them all again. An entry that does
+// not parse counts as absent, as Watermark skips it.
+func (s *Store) WatermarkHead(ctx context.Context) (wm, n int64, last Outage, err error) {
+	b := s.c.B()
+	rs := s.c.DoMulti(ctx,
+		b.Get().Key(s.k.Watermark()).Build(),
+		b.Llen().Key(s.k.Outages()).Build(),
+		b.Lindex().Key(s.k.Outages()).Index(-1).Build())
+	wm, err = rs[0].AsInt64()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return 0, 0, Outage{}, fmt.Errorf("shard: read watermark: %w", err)
+	}
+	if n, err = rs[1].AsInt64(); err != nil {
+		return 0, 0, Outage{}, fmt.Errorf("shard: read outages: %w", err)
+	}
+	raw, err := rs[2].ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return 0, 0, Outage{}, fmt.Errorf("shard: read outages: %w", err)
+	}
+	last, _ = parseOutage(raw)
+	return wm, n, last, nil
 }
 
 // Device is what the registry knows about a device. It is written when a
@@ -490,12 +520,25 @@ func (s *Store) Seen(ctx context.Context, id, typ string, now int64) (prev Devic
 
 // MarkLost records that id was declared lost at deadline.
 func (s *Store) MarkLost(ctx context.Context, id string, deadline, at int64) error {
-	err := lostScript.Exec(ctx, s.c, []string{s.k.Registry(id)},
-		[]string{id, strconv.FormatInt(deadline, 10), strconv.FormatInt(at, 10)}).Error()
-	if err != nil {
-		return fmt.Errorf("shard: mark device lost: %w", err)
+	return s.MarkLostMulti(ctx, []Entry{{ID: id, Deadline: deadline}}, at)[0]
+}
+
+// MarkLostMulti records that each device of lost was declared lost at its
+// deadline, all in one round trip, and returns one error per entry.
+func (s *Store) MarkLostMulti(ctx context.Context, lost []Entry, at int64) []error {
+	atArg := strconv.FormatInt(at, 10)
+	execs := make([]rueidis.LuaExec, len(lost))
+	for j, e := range lost {
+		execs[j] = rueidis.LuaExec{Keys: []string{s.k.Registry(e.ID)},
+			Args: []string{e.ID, strconv.FormatInt(e.Deadline, 10), atArg}}
 	}
-	return nil
+	errs := make([]error, len(lost))
+	for j, r := range lostScript.ExecMulti(ctx, s.c, execs...) {
+		if err := r.Error(); err != nil {
+			errs[j] = fmt.Errorf("shard: mark device lost: %w", err)
+		}
+	}
+	return errs
 }
 
 // ClearLost clears id's lost mark if it is the one set for deadline, and

@@ -16,6 +16,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/sigwatch/sigwatch/ingest"
+	"github.com/sigwatch/sigwatch/scanner"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -166,8 +168,8 @@ func DefaultConfig() Config {
 		Timestamp:  TimestampConfig{Mode: "receive", MaxSkew: time.Minute},
 		Shards:     ShardsConfig{Initial: 16},
 		Ingest: IngestConfig{Batch: 256, FlushInterval: time.Millisecond, MaxInFlight: 8192,
-			ProbeInterval: 20 * time.Millisecond, OutageAfter: 3 * time.Second, MemberTimeout: 10 * time.Second, MaxIDLen: 256},
-		Scanner: ScannerConfig{LeaseTTL: 5 * time.Second, Poll: 20 * time.Millisecond, Batch: 256},
+			ProbeInterval: ingest.DefaultProbeInterval, OutageAfter: 3 * time.Second, MemberTimeout: 10 * time.Second, MaxIDLen: 256},
+		Scanner: ScannerConfig{LeaseTTL: 5 * time.Second, Poll: scanner.DefaultPoll, Batch: 256},
 		Alarm: AlarmConfig{Interval: 5 * time.Minute, Backoff: 1, MaxInterval: time.Hour, FlapCount: 5,
 			FlapWindow: 10 * time.Minute, FlapStable: 10 * time.Minute, AckWait: 30 * time.Second},
 		HTTP: HTTPConfig{Addr: "127.0.0.1:8080"},
