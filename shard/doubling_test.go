@@ -67,7 +67,7 @@ func TestDoubleRefusesAboveMaxShards(t *testing.T) {
 
 // TestFloorRefusesStaleWriters proves the fence the drain rests on: once an
 // old shard's floor is raised, a write placed under an older topology is
-// refused and changes nothing, and a Writer places it again under the
+// refused and adds nothing, and a Writer places it again under the
 // topology it reads and writes it where it now belongs.
 func TestFloorRefusesStaleWriters(t *testing.T) {
 	ctx := context.Background()
@@ -107,6 +107,22 @@ func TestFloorRefusesStaleWriters(t *testing.T) {
 	for _, e := range es[20:] {
 		if _, ok := score(t, s, shard.Of(e.ID, 4), e.ID); ok {
 			t.Fatalf("%s written to its old shard through the floor", e.ID)
+		}
+	}
+
+	// Members still present in their old shard may be pushed forward through
+	// the floor (ZADD XX adds nothing, and the crossing rule takes the later
+	// of a moved device's two scores); absent ones may not be added.
+	later := make([]shard.Entry, 0, 20)
+	for _, e := range es[:20] {
+		later = append(later, shard.Entry{ID: e.ID, Deadline: 2000})
+	}
+	if added, refused, err := s.UpsertAt(ctx, shard.Deadlines, old.Epoch, shard.Place(later, 4)); err != nil || len(refused) != 0 || len(added) != 0 {
+		t.Fatalf("push of present members after the floor: added %v, refused %v, err %v; want pushed, nothing added", added, refused, err)
+	}
+	for _, e := range later {
+		if sc, ok := score(t, s, shard.Of(e.ID, 4), e.ID); !ok || sc != 2000 {
+			t.Fatalf("%s: got %d (present %v) in its old shard, want 2000", e.ID, sc, ok)
 		}
 	}
 

@@ -87,10 +87,9 @@ func (s *Store) Topology(ctx context.Context) (Topology, error) {
 	return t, nil
 }
 
-// Upsert pushes the deadlines of entries forward (ZADD GT), one script call
-// per shard, all shards in one round trip. It returns the ids that were
-// absent: first seen, or back after being lost. The write is idempotent and
-// may be retried.
+// Upsert pushes the deadlines of entries forward (ZADD GT) and returns the
+// ids that were absent: first seen, or back after being lost. The write is
+// idempotent and may be retried.
 //
 // Upsert is not fenced against a doubling: the caller must have placed
 // byShard under the topology in force. Writers that may lag behind the
@@ -102,22 +101,51 @@ func (s *Store) Upsert(ctx context.Context, f Family, byShard map[int][]Entry) (
 
 // UpsertAt is Upsert by a writer that placed byShard under the topology of
 // epoch (0: not checked). Shards whose floor is above epoch refuse the
-// write and are returned in refused: nothing was written to them, and their
-// entries must be placed again under a newer topology.
+// write and are returned in refused: their absent ids were not added, and
+// their entries must be placed again under a newer topology.
+//
+// The steady state costs one native variadic ZADD XX GT CH per shard, all
+// shards in one round trip: it pushes present members forward and counts
+// what it changed. XX adds nothing, so it needs no fence: it cannot put a
+// device back into a shard it moved away from, and a moved member still
+// present in its old shard is one the crossing rule already handles (its
+// effective deadline is the later of its two scores). Only a shard where
+// something did not change (an id was absent, or already held this
+// deadline or a later one) runs the fenced upsert script, which learns
+// which ids are absent and adds them.
 func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map[int][]Entry) (added []string, refused []int, err error) {
 	if len(byShard) == 0 {
 		return nil, nil, nil
 	}
-	ep := strconv.FormatInt(epoch, 10)
 	shards := make([]int, 0, len(byShard))
-	execs := make([]rueidis.LuaExec, 0, len(byShard))
+	cmds := make(rueidis.Commands, 0, len(byShard))
 	for i, es := range byShard {
-		args := make([]string, 0, 1+2*len(es))
-		args = append(args, ep)
+		if len(es) == 0 {
+			continue
+		}
+		z := s.c.B().Zadd().Key(s.k.Timers(f, i)).Xx().Gt().Ch().ScoreMember()
 		for _, e := range es {
-			args = append(args, strconv.FormatInt(e.Deadline, 10), e.ID)
+			z = z.ScoreMember(float64(e.Deadline), e.ID)
 		}
 		shards = append(shards, i)
+		cmds = append(cmds, z.Build())
+	}
+	ep := strconv.FormatInt(epoch, 10)
+	var rest []int
+	var execs []rueidis.LuaExec
+	for j, r := range s.c.DoMulti(ctx, cmds...) {
+		i := shards[j]
+		if n, rerr := r.AsInt64(); rerr == nil && n == int64(len(byShard[i])) {
+			continue
+		}
+		// Something was absent or unchanged, or the call failed: the
+		// script does it all again, idempotently and fenced.
+		args := make([]string, 0, 1+2*len(byShard[i]))
+		args = append(args, ep)
+		for _, e := range byShard[i] {
+			args = append(args, strconv.FormatInt(e.Deadline, 10), e.ID)
+		}
+		rest = append(rest, i)
 		execs = append(execs, rueidis.LuaExec{Keys: []string{s.k.Timers(f, i), s.k.Layout(i)}, Args: args})
 	}
 	for j, r := range upsertScript.ExecMulti(ctx, s.c, execs...) {
@@ -126,7 +154,7 @@ func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map
 		case rerr == nil:
 			added = append(added, ids...)
 		case strings.HasPrefix(rerr.Error(), "STALE"):
-			refused = append(refused, shards[j])
+			refused = append(refused, rest[j])
 		case err == nil:
 			err = fmt.Errorf("shard: upsert: %w", rerr)
 		}
