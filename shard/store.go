@@ -119,10 +119,15 @@ func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map
 	}
 	shards := make([]int, 0, len(byShard))
 	cmds := make(rueidis.Commands, 0, len(byShard))
+	uniq := make(map[int][]Entry, len(byShard))
 	for i, es := range byShard {
 		if len(es) == 0 {
 			continue
 		}
+		// The count ZADD CH returns says every id was present only if no id
+		// is given twice.
+		es = latest(es)
+		uniq[i] = es
 		z := s.c.B().Zadd().Key(s.k.Timers(f, i)).Xx().Gt().Ch().ScoreMember()
 		for _, e := range es {
 			z = z.ScoreMember(float64(e.Deadline), e.ID)
@@ -135,14 +140,14 @@ func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map
 	var execs []rueidis.LuaExec
 	for j, r := range s.c.DoMulti(ctx, cmds...) {
 		i := shards[j]
-		if n, rerr := r.AsInt64(); rerr == nil && n == int64(len(byShard[i])) {
+		if n, rerr := r.AsInt64(); rerr == nil && n == int64(len(uniq[i])) {
 			continue
 		}
 		// Something was absent or unchanged, or the call failed: the
 		// script does it all again, idempotently and fenced.
-		args := make([]string, 0, 1+2*len(byShard[i]))
+		args := make([]string, 0, 1+2*len(uniq[i]))
 		args = append(args, ep)
-		for _, e := range byShard[i] {
+		for _, e := range uniq[i] {
 			args = append(args, strconv.FormatInt(e.Deadline, 10), e.ID)
 		}
 		rest = append(rest, i)
@@ -160,6 +165,35 @@ func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map
 		}
 	}
 	return added, refused, err
+}
+
+// latest returns es with each id once, at its latest deadline. It returns
+// es itself when no id repeats.
+func latest(es []Entry) []Entry {
+	if len(es) < 2 {
+		return es
+	}
+	at := make(map[string]int, len(es))
+	var out []Entry
+	for j, e := range es {
+		k, dup := at[e.ID]
+		switch {
+		case !dup && out == nil:
+			at[e.ID] = j
+		case !dup:
+			at[e.ID] = len(out)
+			out = append(out, e)
+		default:
+			if out == nil {
+				out = append(make([]Entry, 0, len(es)), es[:j]...)
+			}
+			out[k].Deadline = max(out[k].Deadline, e.Deadline)
+		}
+	}
+	if out == nil {
+		return es
+	}
+	return out
 }
 
 // Set writes one deadline unconditionally (ZADD without GT), for changes that

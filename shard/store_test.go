@@ -306,4 +306,20 @@ func TestUpsertReportsAbsentIDsOnce(t *testing.T) {
 	if err != nil || len(again) != 0 {
 		t.Errorf("repeated upsert: got %d added, err %v; want none", len(again), err)
 	}
+
+	// Present ids given twice take the native path at their later deadline;
+	// an absent id beside a repeated present one is still reported.
+	dup := []shard.Entry{{ID: "d0000", Deadline: 7000}, {ID: "d0002", Deadline: 8000}, {ID: "d0000", Deadline: 7500}}
+	if added, err := s.Upsert(ctx, shard.Deadlines, map[int][]shard.Entry{0: dup}); err != nil || len(added) != 0 {
+		t.Errorf("upsert of present ids given twice: got added %v, err %v; want none", added, err)
+	}
+	dup = append(dup, shard.Entry{ID: "fresh", Deadline: 100}, shard.Entry{ID: "d0000", Deadline: 9999})
+	if added, err := s.Upsert(ctx, shard.Deadlines, map[int][]shard.Entry{0: dup}); err != nil || !slices.Equal(added, []string{"fresh"}) {
+		t.Errorf("upsert beside a repeated present id: got added %v, err %v; want [fresh]", added, err)
+	}
+	for id, want := range map[string]int64{"d0000": 9999, "d0002": 8000, "fresh": 100} {
+		if got, ok := score(t, s, 0, id); !ok || got != want {
+			t.Errorf("deadline of %s: got %d (present %v), want %d", id, got, ok, want)
+		}
+	}
 }
