@@ -65,9 +65,17 @@ func preload(ctx context.Context, store *shard.Store, ids []string, deadline fun
 // ingest does when a device is first seen.
 func preloadRegistry(ctx context.Context, store *shard.Store, ids []string, typ string) error {
 	now := time.Now().UnixMilli()
-	return parallelChunks(ctx, len(ids), 1, 128, func(lo, _ int) error {
-		_, _, err := store.Seen(ctx, ids[lo], typ, now)
-		return err
+	return parallelChunks(ctx, len(ids), 1000, 4, func(lo, hi int) error {
+		ss := make([]shard.Sighting, 0, hi-lo)
+		for _, id := range ids[lo:hi] {
+			ss = append(ss, shard.Sighting{ID: id, Type: typ})
+		}
+		for _, d := range store.SeenMulti(ctx, ss, now) {
+			if d.Err != nil {
+				return d.Err
+			}
+		}
+		return nil
 	})
 }
 

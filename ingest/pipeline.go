@@ -192,8 +192,9 @@ func (in *Ingest) retry(ctx context.Context, attempt int, what string, err error
 }
 
 // welcome handles ids that were absent from their shard: it records them in
-// the registry and, for a device that was lost, publishes its recovery. It
-// returns false only if ingest stopped before the registry was written.
+// the registry, all in one round trip, and publishes the recoveries of the
+// devices that were lost, in one batch. It returns false only if ingest
+// stopped before the registry was written.
 func (in *Ingest) welcome(ctx context.Context, b *batch, added []string) bool {
 	latest := make(map[string]signal, len(added))
 	for _, id := range added {
@@ -204,43 +205,51 @@ func (in *Ingest) welcome(ctx context.Context, b *batch, added []string) bool {
 			latest[s.id] = s
 		}
 	}
+	todo := make([]shard.Sighting, 0, len(latest))
 	for id, s := range latest {
-		if s.id == "" {
-			continue // not in this batch; cannot happen
-		}
-		var (
-			prev    shard.Device
-			existed bool
-		)
-		for attempt := 0; ; attempt++ {
-			actx, cancel := context.WithTimeout(ctx, storeTimeout)
-			var err error
-			prev, existed, err = in.store.Seen(actx, id, s.typ, in.now().UnixMilli())
-			cancel()
-			if err == nil {
-				break
-			}
-			if !in.retry(ctx, attempt, "record device", err) {
-				return false
-			}
-		}
-		if !existed {
-			in.m.newDevices.Inc()
-		}
-		if prev.LostDeadline != 0 {
-			typ := s.typ
-			if typ == "" {
-				typ = prev.Type
-			}
-			in.recovered(ctx, dispatch.Recovered{
-				ID:          dispatch.RecoveredID(id, prev.LostDeadline),
-				Device:      id,
-				Type:        typ,
-				LostAt:      prev.LostDeadline,
-				RecoveredAt: s.at,
-			})
+		if s.id != "" { // always in this batch
+			todo = append(todo, shard.Sighting{ID: id, Type: s.typ})
 		}
 	}
+	var back []dispatch.Recovered
+	for attempt := 0; len(todo) > 0; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, storeTimeout)
+		in.store.SeenMulti(actx, todo, in.now().UnixMilli())
+		cancel()
+		var err error
+		failed := todo[:0:0]
+		for _, d := range todo {
+			if d.Err != nil {
+				err = d.Err
+				failed = append(failed, d)
+				continue
+			}
+			if !d.Existed {
+				in.m.newDevices.Inc()
+			}
+			if d.Prev.LostDeadline != 0 {
+				s := latest[d.ID]
+				typ := s.typ
+				if typ == "" {
+					typ = d.Prev.Type
+				}
+				back = append(back, dispatch.Recovered{
+					ID:          dispatch.RecoveredID(d.ID, d.Prev.LostDeadline),
+					Device:      d.ID,
+					Type:        typ,
+					LostAt:      d.Prev.LostDeadline,
+					RecoveredAt: s.at,
+				})
+			}
+		}
+		if todo = failed; len(todo) > 0 && !in.retry(ctx, attempt, "record device", err) {
+			// The registry entries already written stand; their recoveries
+			// still go out.
+			in.recovered(ctx, back)
+			return false
+		}
+	}
+	in.recovered(ctx, back)
 	return true
 }
 
@@ -251,24 +260,38 @@ const (
 	publishWait     = 2 * time.Second
 )
 
-// recovered publishes a recovery. The registry already has the device back,
-// so a failure here is logged, not retried forever: NATS being down must not
-// stop ingest.
-func (in *Ingest) recovered(ctx context.Context, ev dispatch.Recovered) {
+// recovered publishes recoveries, in one batch. The registry already has
+// the devices back, so a failure here is logged, not retried forever: NATS
+// being down must not stop ingest.
+func (in *Ingest) recovered(ctx context.Context, evs []dispatch.Recovered) {
+	if len(evs) == 0 {
+		return
+	}
 	if in.pub == nil {
+		for _, ev := range evs {
+			in.m.recovered.Inc()
+			in.log.Info("device recovered", "device", ev.Device, "type", ev.Type, "lost_at", ev.LostAt)
+		}
+		return
+	}
+	msgs := make([]dispatch.Message, 0, len(evs))
+	sent := make([]dispatch.Recovered, 0, len(evs))
+	for _, ev := range evs {
+		msg, err := dispatch.Encode(in.pub.Subjects.Recovered(ev.Type), ev.ID, ev)
+		if err != nil {
+			in.log.Error("recovered event not published", "device", ev.Device, "id", ev.ID, "err", err)
+			continue
+		}
+		msgs = append(msgs, msg)
+		sent = append(sent, ev)
+	}
+	for j, err := range in.publish(ctx, msgs) {
+		if err != nil {
+			in.log.Error("recovered event not published", "device", sent[j].Device, "id", sent[j].ID, "err", err)
+			continue
+		}
 		in.m.recovered.Inc()
-		in.log.Info("device recovered", "device", ev.Device, "type", ev.Type, "lost_at", ev.LostAt)
-		return
 	}
-	msg, err := dispatch.Encode(in.pub.Subjects.Recovered(ev.Type), ev.ID, ev)
-	if err == nil {
-		err = in.publish(ctx, []dispatch.Message{msg})[0]
-	}
-	if err != nil {
-		in.log.Error("recovered event not published", "device", ev.Device, "id", ev.ID, "err", err)
-		return
-	}
-	in.m.recovered.Inc()
 }
 
 // publish publishes msgs, retrying the failed ones, and returns the errors

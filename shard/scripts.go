@@ -228,7 +228,7 @@ return ARGV[1]`)
 // KEYS[1]: registry partition of the device
 // ARGV[1]: device id; ARGV[2]: type ("" if unknown); ARGV[3]: now, unix ms
 // Returns: the previous registry value, or nil.
-var seenScript = rueidis.NewLuaScript(`
+var seenScript = newScript(`
 local old = redis.call('HGET', KEYS[1], ARGV[1])
 if not old and ARGV[2] == '' then return false end
 local d = {}

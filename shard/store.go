@@ -568,16 +568,42 @@ func parseDevice(s string) (Device, error) {
 // clears any lost mark. It returns the previous entry (existed false when
 // the device is new).
 func (s *Store) Seen(ctx context.Context, id, typ string, now int64) (prev Device, existed bool, err error) {
-	v, err := seenScript.Exec(ctx, s.c, []string{s.k.Registry(id)},
-		[]string{id, typ, strconv.FormatInt(now, 10)}).ToString()
-	if rueidis.IsRedisNil(err) {
-		return Device{}, false, nil
+	r := s.SeenMulti(ctx, []Sighting{{ID: id, Type: typ}}, now)[0]
+	return r.Prev, r.Existed, r.Err
+}
+
+// Sighting is one device for SeenMulti: ID and Type go in; Prev, Existed
+// and Err come out, as Seen returns them.
+type Sighting struct {
+	ID, Type string
+	Prev     Device
+	Existed  bool
+	Err      error
+}
+
+// SeenMulti is Seen for every device of ss, all in one round trip: a flush
+// full of first-seen devices (a start, or a doubling's drain) then costs
+// one round trip, not one per device. It fills in ss and returns it.
+func (s *Store) SeenMulti(ctx context.Context, ss []Sighting, now int64) []Sighting {
+	nowArg := strconv.FormatInt(now, 10)
+	execs := make([]rueidis.LuaExec, len(ss))
+	for j, d := range ss {
+		execs[j] = rueidis.LuaExec{Keys: []string{s.k.Registry(d.ID)}, Args: []string{d.ID, d.Type, nowArg}}
 	}
-	if err != nil {
-		return Device{}, false, fmt.Errorf("shard: record device: %w", err)
+	for j, r := range seenScript.ExecMulti(ctx, s.c, execs...) {
+		d := &ss[j]
+		v, err := r.ToString()
+		switch {
+		case rueidis.IsRedisNil(err):
+			d.Prev, d.Existed, d.Err = Device{}, false, nil
+		case err != nil:
+			d.Prev, d.Existed, d.Err = Device{}, false, fmt.Errorf("shard: record device: %w", err)
+		default:
+			d.Prev, d.Err = parseDevice(v)
+			d.Existed = d.Err == nil
+		}
 	}
-	d, err := parseDevice(v)
-	return d, err == nil, err
+	return ss
 }
 
 // MarkLost records that id was declared lost at deadline.

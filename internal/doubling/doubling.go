@@ -246,12 +246,18 @@ func write(ctx context.Context, store *shard.Store, w *shard.Writer, ids []strin
 			}
 			return fmt.Errorf("doubling: write: %w", err)
 		}
-		for _, id := range added {
-			if _, _, err := store.Seen(ctx, id, "", now.UnixMilli()); err != nil {
-				if ctx.Err() != nil {
-					return nil
+		if len(added) > 0 {
+			ss := make([]shard.Sighting, len(added))
+			for j, id := range added {
+				ss[j].ID = id
+			}
+			for _, d := range store.SeenMulti(ctx, ss, now.UnixMilli()) {
+				if d.Err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return fmt.Errorf("doubling: record device: %w", d.Err)
 				}
-				return fmt.Errorf("doubling: record device: %w", err)
 			}
 		}
 		written.Add(int64(len(es)))
