@@ -194,7 +194,7 @@ func (s *Scanner) fireLost(ctx context.Context, i int, due []shard.Entry, outage
 	for j, e := range due {
 		ids[j] = e.ID
 	}
-	devs, err := s.store.Devices(ctx, ids)
+	types, err := s.store.Types(ctx, ids)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("scanner: shard %d: %w", i, err)
 	}
@@ -203,7 +203,7 @@ func (s *Scanner) fireLost(ctx context.Context, i int, due []shard.Entry, outage
 	msgs := make([]dispatch.Message, 0, len(due))
 	sent := make([]shard.Entry, 0, len(due))
 	for j, e := range due {
-		typ := devs[j].Type
+		typ := types[j]
 		thr := s.opts.Thresholds.For(e.ID, typ)
 		if to, ok := deferral(e.Deadline, thr, outages); ok {
 			moves = append(moves, shard.Move{ID: e.ID, From: e.Deadline, To: to})

@@ -101,6 +101,11 @@ func (k Keys) partKey(id, name string) string {
 // Registry is the HASH (id -> JSON) of devices in id's partition.
 func (k Keys) Registry(id string) string { return k.partKey(id, "reg") }
 
+// Lost is the HASH (id -> "deadline:at") of the lost marks of the devices
+// in id's partition. Marks live beside the registry, not in its JSON, so
+// that marking a burst of devices lost is a plain HSET each.
+func (k Keys) Lost(id string) string { return k.partKey(id, "lost") }
+
 // PartKey returns a key named name in id's registry partition, for packages
 // (alarm) that keep more per-device state beside the registry.
 func (k Keys) PartKey(id, name string) string { return k.partKey(id, name) }

@@ -221,60 +221,42 @@ redis.call('SET', KEYS[1], ARGV[1])
 return ARGV[1]`)
 
 // seenScript records a device that is first seen or back after being lost,
-// clearing its lost mark. A device without a type and without a mark costs
-// no registry entry at all: at millions of devices the registry would
-// otherwise double Redis's memory per device.
+// clearing its lost mark. A device without a type costs no registry entry
+// at all: at millions of devices the registry would otherwise double
+// Redis's memory per device. An entry is written only when its type is new
+// or changed.
 //
-// KEYS[1]: registry partition of the device
+// KEYS[1]: registry partition of the device; KEYS[2]: its lost marks
 // ARGV[1]: device id; ARGV[2]: type ("" if unknown); ARGV[3]: now, unix ms
-// Returns: the previous registry value, or nil.
+// Returns: {previous registry value or nil, previous lost mark or nil}.
 var seenScript = newScript(`
 local old = redis.call('HGET', KEYS[1], ARGV[1])
-if not old and ARGV[2] == '' then return false end
-local d = {}
-if old then d = cjson.decode(old) end
+local lost = redis.call('HGET', KEYS[2], ARGV[1])
+if lost then redis.call('HDEL', KEYS[2], ARGV[1]) end
 if ARGV[2] ~= '' then
-  d.t = ARGV[2]
-  if d.f == nil then d.f = tonumber(ARGV[3]) end
+  local d = {}
+  if old then d = cjson.decode(old) end
+  if d.t ~= ARGV[2] or d.f == nil then
+    d.t = ARGV[2]
+    if d.f == nil then d.f = tonumber(ARGV[3]) end
+    redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(d))
+  end
 end
-d.l = nil
-d.la = nil
-if d.t == nil then
-  redis.call('HDEL', KEYS[1], ARGV[1])
-else
-  redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(d))
-end
-return old`)
-
-// lostScript marks a device lost at a deadline, unless a later signal has
-// already been recorded.
-//
-// KEYS[1]: registry partition of the device
-// ARGV[1]: device id; ARGV[2]: deadline, unix ms; ARGV[3]: fired at, unix ms
-// Returns: 1.
-var lostScript = newScript(`
-local old = redis.call('HGET', KEYS[1], ARGV[1])
-local d = {}
-if old then d = cjson.decode(old) end
-d.l = tonumber(ARGV[2])
-d.la = tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(d))
-return 1`)
+return {old or false, lost or false}`)
 
 // clearLostScript clears the lost mark of a device if it is still the one
-// set for the given deadline, and returns the registry value it cleared.
+// set for the given deadline.
 //
-// KEYS[1]: registry partition; ARGV[1]: device id; ARGV[2]: deadline, unix ms
-// Returns: the previous value if a mark was cleared, else nil.
+// KEYS[1]: lost marks of the device's partition; KEYS[2]: its registry
+// partition; ARGV[1]: device id; ARGV[2]: deadline, unix ms
+// Returns: {registry value or nil, the mark cleared} if a mark was
+// cleared, else nil.
 var clearLostScript = rueidis.NewLuaScript(`
-local old = redis.call('HGET', KEYS[1], ARGV[1])
-if not old then return false end
-local d = cjson.decode(old)
-if d.l == nil or d.l ~= tonumber(ARGV[2]) then return false end
-d.l = nil
-d.la = nil
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(d))
-return old`)
+local lost = redis.call('HGET', KEYS[1], ARGV[1])
+if not lost then return false end
+if tonumber(string.match(lost, '^%-?%d+')) ~= tonumber(ARGV[2]) then return false end
+redis.call('HDEL', KEYS[1], ARGV[1])
+return {redis.call('HGET', KEYS[2], ARGV[1]) or false, lost}`)
 
 // raiseScript raises a numeric HASH field, never lowering it.
 //

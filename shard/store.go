@@ -551,9 +551,10 @@ type Device struct {
 	Type      string `json:"t,omitempty"`
 	FirstSeen int64  `json:"f,omitempty"`
 	// LostDeadline is the deadline the device was declared lost at, 0 while
-	// it is not lost; LostAt is when that was declared.
-	LostDeadline int64 `json:"l,omitempty"`
-	LostAt       int64 `json:"la,omitempty"`
+	// it is not lost; LostAt is when that was declared. They are kept in
+	// the partition's lost marks, not in the entry.
+	LostDeadline int64 `json:"-"`
+	LostAt       int64 `json:"-"`
 }
 
 func parseDevice(s string) (Device, error) {
@@ -562,6 +563,42 @@ func parseDevice(s string) (Device, error) {
 		return Device{}, fmt.Errorf("registry entry %q: %w", s, err)
 	}
 	return d, nil
+}
+
+// lostMark is the value of a lost mark: "<deadline>:<at>", unix ms.
+func lostMark(deadline, at int64) string {
+	return strconv.FormatInt(deadline, 10) + ":" + strconv.FormatInt(at, 10)
+}
+
+func parseLostMark(s string) (deadline, at int64, err error) {
+	dl, a, ok := strings.Cut(s, ":")
+	if ok {
+		if deadline, err = strconv.ParseInt(dl, 10, 64); err == nil {
+			at, err = strconv.ParseInt(a, 10, 64)
+		}
+	}
+	if !ok || err != nil {
+		return 0, 0, fmt.Errorf("lost mark %q: not <deadline>:<at>", s)
+	}
+	return deadline, at, nil
+}
+
+// device builds a Device from a registry value and a lost mark, either
+// possibly nil (absent).
+func device(reg, lost rueidis.RedisMessage) (d Device, found bool, err error) {
+	if v, e := reg.ToString(); e == nil {
+		found = true
+		if d, err = parseDevice(v); err != nil {
+			return Device{}, true, err
+		}
+	}
+	if v, e := lost.ToString(); e == nil {
+		found = true
+		if d.LostDeadline, d.LostAt, err = parseLostMark(v); err != nil {
+			return d, true, err
+		}
+	}
+	return d, found, nil
 }
 
 // Seen records that id was first seen or came back, with its type, and
@@ -588,19 +625,20 @@ func (s *Store) SeenMulti(ctx context.Context, ss []Sighting, now int64) []Sight
 	nowArg := strconv.FormatInt(now, 10)
 	execs := make([]rueidis.LuaExec, len(ss))
 	for j, d := range ss {
-		execs[j] = rueidis.LuaExec{Keys: []string{s.k.Registry(d.ID)}, Args: []string{d.ID, d.Type, nowArg}}
+		execs[j] = rueidis.LuaExec{Keys: []string{s.k.Registry(d.ID), s.k.Lost(d.ID)}, Args: []string{d.ID, d.Type, nowArg}}
 	}
 	for j, r := range seenScript.ExecMulti(ctx, s.c, execs...) {
 		d := &ss[j]
-		v, err := r.ToString()
-		switch {
-		case rueidis.IsRedisNil(err):
-			d.Prev, d.Existed, d.Err = Device{}, false, nil
-		case err != nil:
+		d.Prev, d.Existed, d.Err = Device{}, false, nil
+		v, err := r.ToArray()
+		if err == nil && len(v) != 2 {
+			err = errors.New("unexpected reply")
+		}
+		if err == nil {
+			d.Prev, d.Existed, err = device(v[0], v[1])
+		}
+		if err != nil {
 			d.Prev, d.Existed, d.Err = Device{}, false, fmt.Errorf("shard: record device: %w", err)
-		default:
-			d.Prev, d.Err = parseDevice(v)
-			d.Existed = d.Err == nil
 		}
 	}
 	return ss
@@ -614,14 +652,12 @@ func (s *Store) MarkLost(ctx context.Context, id string, deadline, at int64) err
 // MarkLostMulti records that each device of lost was declared lost at its
 // deadline, all in one round trip, and returns one error per entry.
 func (s *Store) MarkLostMulti(ctx context.Context, lost []Entry, at int64) []error {
-	atArg := strconv.FormatInt(at, 10)
-	execs := make([]rueidis.LuaExec, len(lost))
+	cmds := make(rueidis.Commands, len(lost))
 	for j, e := range lost {
-		execs[j] = rueidis.LuaExec{Keys: []string{s.k.Registry(e.ID)},
-			Args: []string{e.ID, strconv.FormatInt(e.Deadline, 10), atArg}}
+		cmds[j] = s.c.B().Hset().Key(s.k.Lost(e.ID)).FieldValue().FieldValue(e.ID, lostMark(e.Deadline, at)).Build()
 	}
 	errs := make([]error, len(lost))
-	for j, r := range lostScript.ExecMulti(ctx, s.c, execs...) {
+	for j, r := range s.c.DoMulti(ctx, cmds...) {
 		if err := r.Error(); err != nil {
 			errs[j] = fmt.Errorf("shard: mark device lost: %w", err)
 		}
@@ -630,23 +666,57 @@ func (s *Store) MarkLostMulti(ctx context.Context, lost []Entry, at int64) []err
 }
 
 // ClearLost clears id's lost mark if it is the one set for deadline, and
-// returns the entry as it was; ok is false if there was no such mark.
+// returns the device as it was; ok is false if there was no such mark.
 func (s *Store) ClearLost(ctx context.Context, id string, deadline int64) (prev Device, ok bool, err error) {
-	v, err := clearLostScript.Exec(ctx, s.c, []string{s.k.Registry(id)},
-		[]string{id, strconv.FormatInt(deadline, 10)}).ToString()
+	v, err := clearLostScript.Exec(ctx, s.c, []string{s.k.Lost(id), s.k.Registry(id)},
+		[]string{id, strconv.FormatInt(deadline, 10)}).ToArray()
 	if rueidis.IsRedisNil(err) {
 		return Device{}, false, nil
+	}
+	if err == nil && len(v) != 2 {
+		err = errors.New("unexpected reply")
+	}
+	if err == nil {
+		prev, _, err = device(v[0], v[1])
 	}
 	if err != nil {
 		return Device{}, false, fmt.Errorf("shard: clear lost mark: %w", err)
 	}
-	d, err := parseDevice(v)
-	return d, err == nil, err
+	return prev, true, nil
 }
 
-// Devices reads the registry entries of ids in one round trip; a missing
-// entry is the zero Device.
+// Devices reads the registry entries and lost marks of ids in one round
+// trip; a missing entry is the zero Device.
 func (s *Store) Devices(ctx context.Context, ids []string) ([]Device, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	b := s.c.B()
+	cmds := make(rueidis.Commands, 0, 2*len(ids))
+	for _, id := range ids {
+		cmds = append(cmds, b.Hget().Key(s.k.Registry(id)).Field(id).Build(), b.Hget().Key(s.k.Lost(id)).Field(id).Build())
+	}
+	rs := s.c.DoMulti(ctx, cmds...)
+	out := make([]Device, len(ids))
+	for j := range ids {
+		for _, r := range rs[2*j : 2*j+2] {
+			if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
+				return nil, fmt.Errorf("shard: read registry: %w", err)
+			}
+		}
+		// A corrupt entry reads as unknown rather than stalling the batch
+		// that holds it: the device still fires, with the default type.
+		reg, _ := rs[2*j].ToMessage()
+		lost, _ := rs[2*j+1].ToMessage()
+		out[j], _, _ = device(reg, lost)
+	}
+	return out, nil
+}
+
+// Types reads the registered types of ids in one round trip ("" for a
+// device of the default type or a corrupt entry): what firing needs, without
+// the lost marks.
+func (s *Store) Types(ctx context.Context, ids []string) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -654,7 +724,7 @@ func (s *Store) Devices(ctx context.Context, ids []string) ([]Device, error) {
 	for j, id := range ids {
 		cmds[j] = s.c.B().Hget().Key(s.k.Registry(id)).Field(id).Build()
 	}
-	out := make([]Device, len(ids))
+	out := make([]string, len(ids))
 	for j, r := range s.c.DoMulti(ctx, cmds...) {
 		v, err := r.ToString()
 		if rueidis.IsRedisNil(err) {
@@ -663,18 +733,19 @@ func (s *Store) Devices(ctx context.Context, ids []string) ([]Device, error) {
 		if err != nil {
 			return nil, fmt.Errorf("shard: read registry: %w", err)
 		}
-		// A corrupt entry reads as unknown rather than stalling the batch
-		// that holds it: the device still fires, with the default type.
-		out[j], _ = parseDevice(v)
+		d, _ := parseDevice(v)
+		out[j] = d.Type
 	}
 	return out, nil
 }
 
-// Forget removes id from the registry and its threshold override.
+// Forget removes id from the registry, its lost mark and its threshold
+// override.
 func (s *Store) Forget(ctx context.Context, id string) error {
 	b := s.c.B()
 	for _, r := range s.c.DoMulti(ctx,
 		b.Hdel().Key(s.k.Registry(id)).Field(id).Build(),
+		b.Hdel().Key(s.k.Lost(id)).Field(id).Build(),
 		b.Hdel().Key(s.k.Overrides()).Field(id).Build(),
 		b.Incr().Key(s.k.OverridesVersion()).Build()) {
 		if err := r.Error(); err != nil {
