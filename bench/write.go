@@ -22,9 +22,9 @@ const (
 func (r *runner) writePath(ctx context.Context) error {
 	sc := Scenario{ID: 2, Name: "write", Title: "Redis write path",
 		Notes: []string{fmt.Sprintf("sigwatch's side is ingest's deadline writer (`shard.Writer.Upsert`: placement by "+
-			"shard, one native variadic `ZADD XX GT CH` per shard in one `DoMulti` that pushes present ids forward and, only "+
-			"for a shard where some id did not change, a fenced Lua script that learns which were absent with `ZMSCORE` "+
-			"and adds them; it returns the new ids) fed batches "+
+			"shard, one native variadic `ZADD XX GT CH` per shard in one `DoMulti` that pushes present ids forward; for a "+
+			"shard where some id did not change, one native `ZMSCORE`, and the fenced Lua script only for ids found absent, "+
+			"which adds them; it returns the new ids) fed batches "+
 			"of %d random ids of the key space from %d goroutines, as ingest's flushers feed it, with no broker.",
 			writeBatch, writeWriters)},
 		Baselines: []string{fmt.Sprintf("raw rueidis ceiling: the same batches of %d random ids (grouped by shard into "+

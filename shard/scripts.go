@@ -58,8 +58,8 @@ func (s *script) ExecMulti(ctx context.Context, c rueidis.Client, execs ...rueid
 // floor is refused and writes nothing: it may hold devices that moved away
 // from this shard, and the drain has already checked the shard clean.
 //
-// UpsertAt runs it only for a shard where its native ZADD XX GT CH did not
-// change every member. Inside, ZADD XX GT CH again pushes every present
+// UpsertAt runs it only with the ids of a shard that its native ZADD XX GT
+// CH did not change and ZMSCORE found absent or scored lower. Inside, ZADD XX GT CH again pushes every present
 // member forward and counts what it changed (ARGV
 // already holds the score, member pairs ZADD takes). XX adds nothing, so
 // when every pair changed a member, every id was present and none is new.

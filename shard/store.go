@@ -109,10 +109,12 @@ func (s *Store) Upsert(ctx context.Context, f Family, byShard map[int][]Entry) (
 // what it changed. XX adds nothing, so it needs no fence: it cannot put a
 // device back into a shard it moved away from, and a moved member still
 // present in its old shard is one the crossing rule already handles (its
-// effective deadline is the later of its two scores). Only a shard where
+// effective deadline is the later of its two scores). A shard where
 // something did not change (an id was absent, or already held this
-// deadline or a later one) runs the fenced upsert script, which learns
-// which ids are absent and adds them.
+// deadline or a later one) is read back with one native ZMSCORE; only the
+// ids found absent or scored below their new deadline go to the fenced
+// upsert script, which adds them. An id already at this deadline or later
+// needs nothing: GT would leave it as it is.
 func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map[int][]Entry) (added []string, refused []int, err error) {
 	if len(byShard) == 0 {
 		return nil, nil, nil
@@ -135,19 +137,48 @@ func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map
 		shards = append(shards, i)
 		cmds = append(cmds, z.Build())
 	}
-	ep := strconv.FormatInt(epoch, 10)
-	var rest []int
-	var execs []rueidis.LuaExec
+	// A shard whose count fell short had an id that was absent or already
+	// held this deadline or a later one. One native ZMSCORE tells which:
+	// only ids that are absent, or scored below ours (absent at the ZADD,
+	// added lower since), need the script.
+	var short []int
+	var reads rueidis.Commands
+	todo := make(map[int][]Entry)
 	for j, r := range s.c.DoMulti(ctx, cmds...) {
 		i := shards[j]
-		if n, rerr := r.AsInt64(); rerr == nil && n == int64(len(uniq[i])) {
+		n, rerr := r.AsInt64()
+		switch {
+		case rerr != nil:
+			todo[i] = uniq[i] // the script does it all again, idempotently
+		case n != int64(len(uniq[i])):
+			ids := make([]string, len(uniq[i]))
+			for k, e := range uniq[i] {
+				ids[k] = e.ID
+			}
+			short = append(short, i)
+			reads = append(reads, s.c.B().Zmscore().Key(s.k.Timers(f, i)).Member(ids...).Build())
+		}
+	}
+	for j, r := range s.c.DoMulti(ctx, reads...) {
+		i := short[j]
+		scores, rerr := r.ToArray()
+		if rerr != nil || len(scores) != len(uniq[i]) {
+			todo[i] = uniq[i]
 			continue
 		}
-		// Something was absent or unchanged, or the call failed: the
-		// script does it all again, idempotently and fenced.
-		args := make([]string, 0, 1+2*len(uniq[i]))
+		for k, e := range uniq[i] {
+			if sc, serr := scores[k].AsFloat64(); serr != nil || sc < float64(e.Deadline) {
+				todo[i] = append(todo[i], e)
+			}
+		}
+	}
+	ep := strconv.FormatInt(epoch, 10)
+	rest := make([]int, 0, len(todo))
+	execs := make([]rueidis.LuaExec, 0, len(todo))
+	for i, es := range todo {
+		args := make([]string, 0, 1+2*len(es))
 		args = append(args, ep)
-		for _, e := range uniq[i] {
+		for _, e := range es {
 			args = append(args, strconv.FormatInt(e.Deadline, 10), e.ID)
 		}
 		rest = append(rest, i)
