@@ -632,16 +632,9 @@ func device(reg, lost rueidis.RedisMessage) (d Device, found bool, err error) {
 	return d, found, nil
 }
 
-// Seen records that id was first seen or came back, with its type, and
-// clears any lost mark. It returns the previous entry (existed false when
-// the device is new).
-func (s *Store) Seen(ctx context.Context, id, typ string, now int64) (prev Device, existed bool, err error) {
-	r := s.SeenMulti(ctx, []Sighting{{ID: id, Type: typ}}, now)[0]
-	return r.Prev, r.Existed, r.Err
-}
-
-// Sighting is one device for SeenMulti: ID and Type go in; Prev, Existed
-// and Err come out, as Seen returns them.
+// Sighting is one device for SeenMulti: ID and Type go in; the previous
+// entry (Prev, with any lost mark; Existed false when the device is new) and
+// Err come out.
 type Sighting struct {
 	ID, Type string
 	Prev     Device
@@ -649,9 +642,10 @@ type Sighting struct {
 	Err      error
 }
 
-// SeenMulti is Seen for every device of ss, all in one round trip: a flush
-// full of first-seen devices (a start, or a doubling's drain) then costs
-// one round trip, not one per device. It fills in ss and returns it.
+// SeenMulti records that each device of ss was first seen or came back,
+// with its type, and clears any lost mark, all in one round trip: a flush
+// full of first-seen devices (a start, or a doubling's drain) costs one
+// round trip, not one per device. It fills in ss and returns it.
 func (s *Store) SeenMulti(ctx context.Context, ss []Sighting, now int64) []Sighting {
 	nowArg := strconv.FormatInt(now, 10)
 	execs := make([]rueidis.LuaExec, len(ss))
