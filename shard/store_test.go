@@ -324,9 +324,9 @@ func TestUpsertReportsAbsentIDsOnce(t *testing.T) {
 	}
 }
 
-// TestSeenMulti proves a batch of sightings does what Seen does for each
-// device: a typed device gets an entry, an untyped new one costs none, a
-// lost mark is cleared and handed back once.
+// TestSeenMulti proves what a batch of sightings records for each device:
+// a typed device gets an entry, an untyped new one costs none, a lost mark
+// is cleared and handed back once.
 func TestSeenMulti(t *testing.T) {
 	s := redisStore(t)
 	ctx := context.Background()
