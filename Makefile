@@ -14,25 +14,31 @@ deps:
 build:
 	$(GO) build -o bin/sigwatch ./cmd/sigwatch
 
+# The demo is built only with the demo tag (it embeds nats-server): vet and lint cover it too.
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags demo ./cmd/sigwatch
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 lint: vet
 	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(STATICCHECK) -tags demo ./cmd/sigwatch
 
 # FUZZ lists package:target pairs; `make test` runs each briefly, `make fuzz` longer.
 FUZZ := ./ingest:FuzzParseTopic ./ingest:FuzzParseTimestamp ./dispatch:FuzzSanitizeType ./dispatch:FuzzNewInvalid
 FUZZTIME ?= 10s
 
+# The cmd/sigwatch tests build sigwatch with the demo tag themselves, so TestDemoShowsLostDevices runs
+# here.
 test: deps lint
 	$(GO) test -race -count=1 -timeout 12m ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
 # demo starts Redis, Mosquitto and NATS on random local ports and runs sigwatch against them.
+# The service binary (make build) has no demo.
 demo: deps
-	$(GO) run ./cmd/sigwatch demo
+	$(GO) run -tags demo ./cmd/sigwatch demo
 
 # fuzz runs every fuzz target for FUZZTIME (default 10s; make fuzz FUZZTIME=5m).
 fuzz:

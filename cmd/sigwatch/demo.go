@@ -1,3 +1,9 @@
+//go:build demo
+
+// The demo starts Redis, Mosquitto and an embedded nats-server, so it is built
+// only with the demo tag (`make demo`): the service binary links no server.
+// nodemo.go is the same command without the tag.
+
 package main
 
 import (

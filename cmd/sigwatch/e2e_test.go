@@ -22,7 +22,8 @@ import (
 	"github.com/sigwatch/sigwatch/internal/testenv"
 )
 
-// binary is the sigwatch binary built once for the process-level tests.
+// binary is the sigwatch binary built once for the process-level tests,
+// with the demo tag so that TestDemoShowsLostDevices can run `sigwatch demo`.
 var binary string
 
 func TestMain(m *testing.M) {
@@ -36,7 +37,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		gobin = "/usr/local/go/bin/go"
 	}
-	args := []string{"build", "-o", binary}
+	args := []string{"build", "-tags", "demo", "-o", binary}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
