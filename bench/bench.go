@@ -31,7 +31,7 @@ import (
 // Options configure a run.
 type Options struct {
 	Profile string   // "quick" (make bench, < 5 min on 2 cores) or "full"
-	OutDir  string   // where RESULTS.md, results*.json and profiles/ go; default "bench"
+	OutDir  string   // where RESULTS.md, results*.json and profiles/ go; default "." (bench/)
 	Only    []string // scenario names to run (ingest, write, firelag, burst, memory, peers, doubling); empty: all
 	// Command is the command line recorded in the results.
 	Command  string
@@ -114,7 +114,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("bench: unknown profile %q: use quick or full", opts.Profile)
 	}
 	if opts.OutDir == "" {
-		opts.OutDir = "bench"
+		opts.OutDir = "."
 	}
 	if opts.Progress == nil {
 		opts.Progress = os.Stderr
@@ -125,7 +125,7 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}
 	if st, err := os.Stat(opts.OutDir); err != nil || !st.IsDir() {
-		return fmt.Errorf("bench: output directory %q not found: run from the repository root or pass -out", opts.OutDir)
+		return fmt.Errorf("bench: output directory %q not found: run from bench/ or pass -out", opts.OutDir)
 	}
 	if opts.RenderOnly {
 		return render(opts.OutDir)

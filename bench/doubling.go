@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/sigwatch/sigwatch/internal/doubling"
+	"github.com/sigwatch/sigwatch/bench/doubling"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -53,7 +53,7 @@ func (r *runner) doubling(ctx context.Context) error {
 		"a moved device's old copy leaves when it falls due, so a drain lasts about a threshold (%s here) plus the drain check",
 		res.To, opts.Threshold)
 	sc.Figures = append(sc.Figures, dip, after, drain)
-	sc.Notes = append(sc.Notes, "Measured by `internal/doubling.Measure`: writers run at full speed throughout; the "+
+	sc.Notes = append(sc.Notes, "Measured by `bench/doubling.Measure`: writers run at full speed throughout; the "+
 		"doubling is started with `Store.Double` (as `sigwatch shards double` does) while a scanner owning every shard "+
 		"applies the crossing rule and drains. No target in issue 5; the ratios say what a doubling costs the write path.")
 	r.res.add(sc)

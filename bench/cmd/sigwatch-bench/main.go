@@ -1,10 +1,10 @@
 // Command sigwatch-bench runs sigwatch's benchmark harness: it starts its own
 // Redis, Mosquitto and nats-server on loopback, measures every scenario side
 // by side with its baseline, and writes bench/RESULTS.md and
-// bench/results.json. Run it from the repository root:
+// bench/results.json. bench is its own module; run it from bench/:
 //
-//	go run ./bench/cmd/sigwatch-bench -profile quick   # make bench, < 5 min
-//	go run ./bench/cmd/sigwatch-bench -profile full
+//	go run ./cmd/sigwatch-bench -profile quick   # make bench, < 5 min
+//	go run ./cmd/sigwatch-bench -profile full
 package main
 
 import (
@@ -34,7 +34,7 @@ func run() int {
 		only string
 	)
 	flag.StringVar(&opts.Profile, "profile", "quick", "quick (make bench, under 5 minutes on 2 cores) or full")
-	flag.StringVar(&opts.OutDir, "out", "bench", "directory for RESULTS.md, results.json and profiles/")
+	flag.StringVar(&opts.OutDir, "out", ".", "directory for RESULTS.md, results.json and profiles/")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (write, memory, firelag, burst, peers, ingest, doubling); "+
 		"a partial run writes results.json only")
 	flag.BoolVar(&opts.KeepDir, "keep", false, "keep the servers' working directory (logs, data) after the run")
