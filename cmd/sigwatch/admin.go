@@ -14,8 +14,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -33,17 +31,12 @@ func cmdShards(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tlsConf, err := cfg.Redis.TLS.Build()
+	store, err := shard.Dial(cfg.Redis)
 	if err != nil {
 		return err
 	}
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cfg.Redis.Addrs, Username: cfg.Redis.Username,
-		Password: cfg.Redis.Password, SelectDB: cfg.Redis.DB, TLSConfig: tlsConf, DisableCache: true})
-	if err != nil {
-		return fmt.Errorf("redis %v: %w", cfg.Redis.Addrs, err)
-	}
-	defer rc.Close()
-	v, err := shardsStatus(ctx, shard.NewStore(rc, shard.NewKeys(cfg.Redis.Prefix)), time.Now())
+	defer store.Close()
+	v, err := shardsStatus(ctx, store, time.Now())
 	if err != nil {
 		return err
 	}

@@ -70,8 +70,8 @@ func (a *App) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	var problems []string
-	if err := a.rc.Do(ctx, a.rc.B().Ping().Build()).Error(); err != nil {
-		problems = append(problems, "redis: "+err.Error())
+	if err := a.store.Ping(ctx); err != nil {
+		problems = append(problems, err.Error())
 	}
 	if !a.nc.IsConnected() {
 		problems = append(problems, "nats: not connected")

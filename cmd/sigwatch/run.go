@@ -12,13 +12,11 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/rueidis"
 
 	"github.com/sigwatch/sigwatch/alarm"
 	"github.com/sigwatch/sigwatch/dispatch"
@@ -33,19 +31,18 @@ type App struct {
 	cfg Config
 	log *slog.Logger
 	reg *prometheus.Registry
-	rc  rueidis.Client
-	// scanRC is the scanner role's own Redis client (nil without the
-	// role): its claims, registry reads and settles are small and
-	// latency-bound, and on the shared client they would queue behind
-	// ingest's large pipelined batches.
-	scanRC rueidis.Client
-	nc     *nats.Conn
-	store  *shard.Store
-	topo   *shard.Watcher
-	thr    *shard.Thresholds
-	pub    *dispatch.Publisher
-	in     *ingest.Ingest
-	sc     *scanner.Scanner
+	// store is the process's Redis connection; scanStore is the scanner
+	// role's own (nil without the role): its claims, registry reads and
+	// settles are small and latency-bound, and on the shared connection
+	// they would queue behind ingest's large pipelined batches.
+	store     *shard.Store
+	scanStore *shard.Store
+	nc        *nats.Conn
+	topo      *shard.Watcher
+	thr       *shard.Thresholds
+	pub       *dispatch.Publisher
+	in        *ingest.Ingest
+	sc        *scanner.Scanner
 
 	// timers and rtopo are the alarm's repeat timer queue and its
 	// topology; alarms serves the alarm role and the API's ack and mutes
@@ -88,24 +85,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		}
 	}()
 
-	redisTLS, err := cfg.Redis.TLS.Build()
-	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
-	}
-	newRedis := func() (rueidis.Client, error) {
-		c, err := rueidis.NewClient(rueidis.ClientOption{
-			InitAddress: cfg.Redis.Addrs, Username: cfg.Redis.Username, Password: cfg.Redis.Password,
-			SelectDB: cfg.Redis.DB, TLSConfig: redisTLS, DisableCache: true,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("redis %v: %w%s", cfg.Redis.Addrs, err, hint(err, "Redis", "redis.addrs / SIGWATCH_REDIS_ADDRS"))
-		}
-		return c, nil
-	}
-	if a.rc, err = newRedis(); err != nil {
+	var err error
+	if a.store, err = shard.Dial(cfg.Redis); err != nil {
 		return nil, err
 	}
-	a.store = shard.NewStore(a.rc, shard.NewKeys(cfg.Redis.Prefix))
 	if a.topo, err = shard.NewWatcher(ctx, a.store, cfg.Shards.Initial, 500*time.Millisecond, log); err != nil {
 		return nil, err
 	}
@@ -114,13 +97,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 
-	if a.nc, err = connectNATS(cfg.NATS, log); err != nil {
+	if a.nc, err = dispatch.Connect(cfg.NATS, log); err != nil {
 		return nil, err
 	}
-	a.pub, err = dispatch.New(ctx, a.nc, dispatch.Options{
-		Mode: dispatch.Mode(cfg.NATS.Mode), Prefix: cfg.NATS.Prefix, Stream: cfg.NATS.Stream,
-		Duplicates: cfg.NATS.Duplicates, Storage: cfg.NATS.Storage, Replicas: cfg.NATS.Replicas, MaxAge: cfg.NATS.MaxAge,
-	})
+	a.pub, err = dispatch.New(ctx, a.nc, cfg.NATS.Options)
 	if err != nil {
 		return nil, err
 	}
@@ -147,13 +127,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		// The alarm's repeat scanner registers the same metrics with
 		// family="repeats".
 		sreg := prometheus.WrapRegistererWith(prometheus.Labels{"family": "deadlines"}, a.reg)
-		if a.scanRC, err = newRedis(); err != nil {
+		if a.scanStore, err = shard.Dial(cfg.Redis); err != nil {
 			return nil, err
 		}
 		a.sc, err = scanner.New(scanner.Options{
 			Replica: replicaID(), LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll,
 			Batch: cfg.Scanner.Batch, Thresholds: a.thr,
-		}, shard.NewStore(a.scanRC, a.store.Keys()), a.topo, a.pub, sreg, log.With("role", "scanner"))
+		}, a.scanStore, a.topo, a.pub, sreg, log.With("role", "scanner"))
 		if err != nil {
 			return nil, err
 		}
@@ -161,7 +141,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if cfg.hasRole("alarm") || cfg.hasRole("api") && a.pub.Mode() == dispatch.JetStream {
 		// The repeat timers are a second sharded queue; it starts with the
 		// deadlines' shard count and is doubled with them.
-		a.timers = shard.NewStore(a.rc, a.store.Keys().Alarm())
+		a.timers = shard.NewStore(a.store.Client(), a.store.Keys().Alarm())
 		if a.rtopo, err = shard.NewWatcher(ctx, a.timers, a.topo.Current().Shards, 500*time.Millisecond, log); err != nil {
 			return nil, err
 		}
@@ -169,11 +149,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		if cfg.hasRole("alarm") {
 			replica = replicaID()
 		}
-		ac := cfg.Alarm
 		a.alarms, err = alarm.New(alarm.Options{
-			Policy: alarm.Policy{Interval: ac.Interval, Backoff: ac.Backoff, MaxInterval: ac.MaxInterval,
-				MaxRepeats: ac.MaxRepeats, FlapCount: ac.FlapCount, FlapWindow: ac.FlapWindow, FlapStable: ac.FlapStable},
-			Replica: replica, Stream: cfg.NATS.Stream, AckWait: ac.AckWait,
+			Policy: cfg.Alarm.Policy, Replica: replica, Stream: cfg.NATS.Stream, AckWait: cfg.Alarm.AckWait,
 			LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll, Batch: cfg.Scanner.Batch,
 		}, a.store, a.topo, a.timers, a.rtopo, a.pub, a.reg, log.With("role", "alarm"))
 		if err != nil {
@@ -268,11 +245,11 @@ func (a *App) closeClients() {
 		}
 		a.nc.Close()
 	}
-	if a.scanRC != nil {
-		a.scanRC.Close()
+	if a.scanStore != nil {
+		a.scanStore.Close()
 	}
-	if a.rc != nil {
-		a.rc.Close()
+	if a.store != nil {
+		a.store.Close()
 	}
 }
 
@@ -296,47 +273,4 @@ func (a *App) HTTPAddr() string {
 		return ""
 	}
 	return a.httpLn.Addr().String()
-}
-
-func connectNATS(c NATSConfig, log *slog.Logger) (*nats.Conn, error) {
-	opts := []nats.Option{
-		nats.Name("sigwatch"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("nats disconnected", "err", err)
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", nc.ConnectedUrl()) }),
-	}
-	if c.CredsFile != "" {
-		opts = append(opts, nats.UserCredentials(c.CredsFile))
-	}
-	if c.User != "" {
-		opts = append(opts, nats.UserInfo(c.User, c.Password))
-	}
-	if c.Token != "" {
-		opts = append(opts, nats.Token(c.Token))
-	}
-	tlsConf, err := c.TLS.Build()
-	if err != nil {
-		return nil, fmt.Errorf("nats: %w", err)
-	}
-	if tlsConf != nil {
-		opts = append(opts, nats.Secure(tlsConf))
-	}
-	nc, err := nats.Connect(c.URL, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("nats %s: %w%s", c.URL, err, hint(err, "NATS", "nats.url / SIGWATCH_NATS_URL"))
-	}
-	return nc, nil
-}
-
-// hint adds a pointer to the address setting when a server could not be
-// reached at all; refusals of credentials or certificates speak for
-// themselves.
-func hint(err error, what, setting string) string {
-	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, nats.ErrNoServers) {
-		return fmt.Sprintf(" (is %s running? set %s)", what, setting)
-	}
-	return ""
 }

@@ -11,8 +11,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -28,11 +26,11 @@ func cmdShardsDouble(ctx context.Context, args []string, stdout io.Writer) error
 	if err != nil {
 		return err
 	}
-	store, closeStore, err := openStore(cfg)
+	store, err := shard.Dial(cfg.Redis)
 	if err != nil {
 		return err
 	}
-	defer closeStore()
+	defer store.Close()
 	t, err := store.Double(ctx, time.Now())
 	if err != nil {
 		return err
@@ -70,20 +68,6 @@ func doubleTimers(ctx context.Context, store *shard.Store, t shard.Topology) str
 		return "alarm repeat timers not doubled: " + err.Error()
 	}
 	return fmt.Sprintf("alarm repeat timers: doubling %d -> %d shards started (epoch %d).", nt.Prev, nt.Shards, nt.Epoch)
-}
-
-// openStore connects to the Redis of cfg.
-func openStore(cfg Config) (*shard.Store, func(), error) {
-	tlsConf, err := cfg.Redis.TLS.Build()
-	if err != nil {
-		return nil, nil, err
-	}
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cfg.Redis.Addrs, Username: cfg.Redis.Username,
-		Password: cfg.Redis.Password, SelectDB: cfg.Redis.DB, TLSConfig: tlsConf, DisableCache: true})
-	if err != nil {
-		return nil, nil, fmt.Errorf("redis %v: %w", cfg.Redis.Addrs, err)
-	}
-	return shard.NewStore(rc, shard.NewKeys(cfg.Redis.Prefix)), rc.Close, nil
 }
 
 // postShardsDouble is POST /v1/shards/double: 200 with the new topology, 409
