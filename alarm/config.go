@@ -41,4 +41,3 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
-
