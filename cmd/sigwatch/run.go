@@ -40,6 +40,7 @@ type App struct {
 	nc        *nats.Conn
 	topo      *shard.Watcher
 	thr       *shard.Thresholds
+	devices   *shard.Devices // the API's per-device operations
 	pub       *dispatch.Publisher
 	in        *ingest.Ingest
 	sc        *scanner.Scanner
@@ -96,6 +97,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err := a.thr.Reload(ctx); err != nil {
 		return nil, err
 	}
+	a.devices = shard.NewDevices(a.store, a.topo, a.thr)
 
 	if a.nc, err = dispatch.Connect(cfg.NATS, log); err != nil {
 		return nil, err
