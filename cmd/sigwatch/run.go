@@ -4,14 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -55,11 +53,12 @@ type App struct {
 	httpLn  net.Listener
 	httpSrv *http.Server
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	errMu  sync.Mutex
-	err    error
-	done   chan struct{}
+	// g runs the roles, the HTTP server and the watchers; done is closed
+	// once they stopped and the clients are closed, err is then the first
+	// fatal error.
+	g    *group
+	done chan struct{}
+	err  error
 }
 
 // replicaID names this process uniquely: leases and membership use it, so a
@@ -77,7 +76,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: log, reg: prometheus.NewRegistry(), done: make(chan struct{})}
+	a := &App{cfg: cfg, log: log, reg: prometheus.NewRegistry(), g: newGroup(), done: make(chan struct{})}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ok := false
 	defer func() {
@@ -167,76 +166,40 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 
 	ok = true
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a.cancel = cancel
-	a.goRun("topology", func() error { a.topo.Run(runCtx); return nil })
-	a.goRun("thresholds", func() error { a.thr.Run(runCtx, time.Second, log); return nil })
-	if a.in != nil {
-		a.goRun("ingest", func() error { return a.in.Run(runCtx) })
-	}
-	if a.sc != nil {
-		a.goRun("scanner", func() error { return a.sc.Run(runCtx) })
-	}
+	// Added in start order; the group stops them in reverse.
+	a.g.Go("topology", func(ctx context.Context) error { a.topo.Run(ctx); return nil })
+	a.g.Go("thresholds", func(ctx context.Context) error { a.thr.Run(ctx, time.Second, log); return nil })
 	if a.rtopo != nil {
-		a.goRun("alarm topology", func() error { a.rtopo.Run(runCtx); return nil })
-	}
-	if a.alarms != nil && cfg.hasRole("alarm") {
-		a.goRun("alarm", func() error { return a.alarms.Run(runCtx) })
+		a.g.Go("alarm topology", func(ctx context.Context) error { a.rtopo.Run(ctx); return nil })
 	}
 	if a.httpSrv != nil {
-		go func() {
-			if err := a.httpSrv.Serve(a.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				a.fail(fmt.Errorf("http: %w", err))
-			}
-		}()
+		a.g.Go("http", func(ctx context.Context) error { return serveHTTP(ctx, a.httpSrv, a.httpLn) })
+	}
+	if a.alarms != nil && cfg.hasRole("alarm") {
+		a.g.Go("alarm", a.alarms.Run)
+	}
+	if a.sc != nil {
+		a.g.Go("scanner", a.sc.Run)
+	}
+	if a.in != nil {
+		a.g.Go("ingest", a.in.Run)
 	}
 	go func() {
 		select {
 		case <-ctx.Done():
-		case <-runCtx.Done():
+		case <-a.g.stopping:
 		}
-		a.shutdown()
+		a.err = a.g.Shutdown()
+		if a.err != nil {
+			log.Error("fatal", "err", a.err)
+		}
+		a.closeClients()
+		log.Info("sigwatch stopped")
+		close(a.done)
 	}()
 	log.Info("sigwatch started", "roles", strings.Join(cfg.Roles, ","), "shards", a.topo.Current().Shards,
 		"epoch", a.topo.Current().Epoch, "http", a.HTTPAddr())
 	return a, nil
-}
-
-func (a *App) goRun(name string, f func() error) {
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		if err := f(); err != nil {
-			a.fail(fmt.Errorf("%s: %w", name, err))
-		}
-	}()
-}
-
-// fail records the first fatal error and stops the process.
-func (a *App) fail(err error) {
-	a.errMu.Lock()
-	if a.err == nil {
-		a.err = err
-	}
-	a.errMu.Unlock()
-	a.log.Error("fatal", "err", err)
-	a.cancel()
-}
-
-// shutdown stops the roles (ingest and scanner finish their in-flight
-// batches and publish what they owe), then the API, then the clients:
-// senders before the connections they send on.
-func (a *App) shutdown() {
-	a.cancel()
-	a.wg.Wait()
-	if a.httpSrv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = a.httpSrv.Shutdown(ctx)
-		cancel()
-	}
-	a.closeClients()
-	a.log.Info("sigwatch stopped")
-	close(a.done)
 }
 
 func (a *App) closeClients() {
@@ -257,15 +220,13 @@ func (a *App) closeClients() {
 
 // Stop shuts the process down and waits.
 func (a *App) Stop() error {
-	a.cancel()
+	a.g.Stop()
 	return a.Wait()
 }
 
 // Wait blocks until the process has stopped and returns the fatal error, if any.
 func (a *App) Wait() error {
 	<-a.done
-	a.errMu.Lock()
-	defer a.errMu.Unlock()
 	return a.err
 }
 
