@@ -83,13 +83,13 @@ type State struct {
 
 // Policy is the alarm's timing: repeat intervals and flap damping.
 type Policy struct {
-	Interval    time.Duration // before the first repeat
-	Backoff     float64       // each next interval is this times the last (>= 1)
-	MaxInterval time.Duration // cap of the backoff
-	MaxRepeats  int           // 0: unlimited; else resolved/expired after that many
-	FlapCount   int           // more lost/recovered cycles than this in FlapWindow: flapping (0: off)
-	FlapWindow  time.Duration
-	FlapStable  time.Duration // a flapping device stable this long ends flapping
+	Interval    time.Duration `yaml:"interval"`     // before the first repeat
+	Backoff     float64       `yaml:"backoff"`      // each next interval is this times the last (>= 1)
+	MaxInterval time.Duration `yaml:"max_interval"` // cap of the backoff
+	MaxRepeats  int           `yaml:"max_repeats"`  // 0: unlimited; else resolved/expired after that many
+	FlapCount   int           `yaml:"flap_count"`   // more lost/recovered cycles than this in FlapWindow: flapping (0: off)
+	FlapWindow  time.Duration `yaml:"flap_window"`
+	FlapStable  time.Duration `yaml:"flap_stable"` // a flapping device stable this long ends flapping
 }
 
 // interval is the wait before repeat k (k >= 1).

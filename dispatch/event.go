@@ -1,6 +1,3 @@
-// Package dispatch turns sigwatch's decisions into NATS messages: event
-// bodies, subjects, de-duplication ids, the JetStream stream, and
-// asynchronous publishing with bounded outstanding acknowledgements.
 package dispatch
 
 import (

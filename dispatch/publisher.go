@@ -4,62 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// Mode selects the delivery guarantee.
-type Mode string
-
-const (
-	// JetStream publishes into a stream and waits for its acknowledgement;
-	// Nats-Msg-Id de-duplicates re-publishes after a crash.
-	JetStream Mode = "jetstream"
-	// Core publishes on core NATS: at most once, no stream.
-	Core Mode = "core"
-)
-
-// Options configure the publisher and the stream.
-type Options struct {
-	Mode       Mode
-	Prefix     string        // subject prefix, default "sigwatch"
-	Stream     string        // stream name, default "SIGWATCH"
-	Duplicates time.Duration // de-duplication window, default 2m
-	Storage    string        // "file" (default) or "memory"
-	Replicas   int           // default 1
-	MaxAge     time.Duration // 0 keeps messages until other limits apply
-	MaxPending int           // outstanding async publishes, default 4096
-	AckWait    time.Duration // how long a batch waits for acks, default 10s
-}
-
-func (o *Options) defaults() {
-	if o.Mode == "" {
-		o.Mode = JetStream
-	}
-	if o.Prefix == "" {
-		o.Prefix = DefaultPrefix
-	}
-	if o.Stream == "" {
-		o.Stream = "SIGWATCH"
-	}
-	if o.Duplicates <= 0 {
-		o.Duplicates = 2 * time.Minute
-	}
-	if o.Storage == "" {
-		o.Storage = "file"
-	}
-	if o.Replicas <= 0 {
-		o.Replicas = 1
-	}
-	if o.MaxPending <= 0 {
-		o.MaxPending = 4096
-	}
-	if o.AckWait <= 0 {
-		o.AckWait = 10 * time.Second
-	}
-}
 
 // Publisher publishes sigwatch's messages. It is safe for concurrent use.
 type Publisher struct {

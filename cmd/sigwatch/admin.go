@@ -11,60 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"text/tabwriter"
-	"time"
-
-	"github.com/redis/rueidis"
-
-	"github.com/sigwatch/sigwatch/shard"
 )
-
-func cmdShards(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 || args[0] != "status" {
-		return fmt.Errorf("usage: sigwatch shards status [--config file] [--json] | sigwatch shards double [--config file]")
-	}
-	fs := flag.NewFlagSet("shards status", flag.ContinueOnError)
-	path := fs.String("config", os.Getenv("SIGWATCH_CONFIG"), "YAML config file")
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	cfg, err := LoadConfig(*path, os.Environ())
-	if err != nil {
-		return err
-	}
-	tlsConf, err := cfg.Redis.TLS.Build()
-	if err != nil {
-		return err
-	}
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cfg.Redis.Addrs, Username: cfg.Redis.Username,
-		Password: cfg.Redis.Password, SelectDB: cfg.Redis.DB, TLSConfig: tlsConf, DisableCache: true})
-	if err != nil {
-		return fmt.Errorf("redis %v: %w", cfg.Redis.Addrs, err)
-	}
-	defer rc.Close()
-	v, err := shardsStatus(ctx, shard.NewStore(rc, shard.NewKeys(cfg.Redis.Prefix)), time.Now())
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
-	}
-	fmt.Fprintf(stdout, "shards %d  prev %d  epoch %d  devices %d  watermark lag %dms\n\n",
-		v.Shards, v.Prev, v.Epoch, v.Devices, v.WatermarkLag)
-	printDrain(stdout, v.Drain, time.Now())
-	if rt := v.Timers; rt != nil {
-		fmt.Fprintf(stdout, "alarm repeat timers: shards %d  prev %d  epoch %d  timers %d\n\n", rt.Shards, rt.Prev, rt.Epoch, rt.Size)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SHARD\tSIZE\tHEAD LAG\tOWNER")
-	for _, s := range v.List {
-		fmt.Fprintf(tw, "%d\t%d\t%dms\t%s\n", s.Shard, s.Size, s.HeadLagMS, s.Owner)
-	}
-	return tw.Flush()
-}
 
 // apiFlags are the flags of every command that talks to the HTTP API.
 func apiFlags(fs *flag.FlagSet) (api, token *string) {

@@ -10,17 +10,15 @@ import (
 )
 
 // TestShippedConfigLoads keeps deploy/sigwatch.yaml in step with Config:
-// unknown keys are refused, so a stale example would fail here.
+// unknown keys are refused, so a stale example would fail here, and every
+// value it shows is the default, so it documents what sigwatch runs with.
 func TestShippedConfigLoads(t *testing.T) {
 	cfg, err := LoadConfig("../../deploy/sigwatch.yaml", nil)
 	if err != nil {
 		t.Fatalf("deploy/sigwatch.yaml: %v", err)
 	}
-	if cfg.Thresholds.Default != 30*time.Second || cfg.MQTT.Topics[0] != "devices/+/signal" {
-		t.Errorf("got default %v topics %v, want 30s [devices/+/signal]", cfg.Thresholds.Default, cfg.MQTT.Topics)
-	}
-	if def := DefaultConfig(); !reflect.DeepEqual(cfg.Alarm, def.Alarm) || !reflect.DeepEqual(cfg.Roles, def.Roles) {
-		t.Errorf("deploy/sigwatch.yaml alarm %+v roles %v, want the defaults %+v %v", cfg.Alarm, cfg.Roles, def.Alarm, def.Roles)
+	if def := DefaultConfig(); !reflect.DeepEqual(cfg, def) {
+		t.Errorf("deploy/sigwatch.yaml:\n got %+v\nwant the defaults %+v", cfg, def)
 	}
 }
 

@@ -4,21 +4,17 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/rueidis"
 
 	"github.com/sigwatch/sigwatch/alarm"
 	"github.com/sigwatch/sigwatch/dispatch"
@@ -33,19 +29,19 @@ type App struct {
 	cfg Config
 	log *slog.Logger
 	reg *prometheus.Registry
-	rc  rueidis.Client
-	// scanRC is the scanner role's own Redis client (nil without the
-	// role): its claims, registry reads and settles are small and
-	// latency-bound, and on the shared client they would queue behind
-	// ingest's large pipelined batches.
-	scanRC rueidis.Client
-	nc     *nats.Conn
-	store  *shard.Store
-	topo   *shard.Watcher
-	thr    *shard.Thresholds
-	pub    *dispatch.Publisher
-	in     *ingest.Ingest
-	sc     *scanner.Scanner
+	// store is the process's Redis connection; scanStore is the scanner
+	// role's own (nil without the role): its claims, registry reads and
+	// settles are small and latency-bound, and on the shared connection
+	// they would queue behind ingest's large pipelined batches.
+	store     *shard.Store
+	scanStore *shard.Store
+	nc        *nats.Conn
+	topo      *shard.Watcher
+	thr       *shard.Thresholds
+	devices   *shard.Devices // the API's per-device operations
+	pub       *dispatch.Publisher
+	in        *ingest.Ingest
+	sc        *scanner.Scanner
 
 	// timers and rtopo are the alarm's repeat timer queue and its
 	// topology; alarms serves the alarm role and the API's ack and mutes
@@ -57,11 +53,12 @@ type App struct {
 	httpLn  net.Listener
 	httpSrv *http.Server
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	errMu  sync.Mutex
-	err    error
-	done   chan struct{}
+	// g runs the roles, the HTTP server and the watchers; done is closed
+	// once they stopped and the clients are closed, err is then the first
+	// fatal error.
+	g    *group
+	done chan struct{}
+	err  error
 }
 
 // replicaID names this process uniquely: leases and membership use it, so a
@@ -79,7 +76,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: log, reg: prometheus.NewRegistry(), done: make(chan struct{})}
+	a := &App{cfg: cfg, log: log, reg: prometheus.NewRegistry(), g: newGroup(), done: make(chan struct{})}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ok := false
 	defer func() {
@@ -88,24 +85,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		}
 	}()
 
-	redisTLS, err := cfg.Redis.TLS.Build()
-	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
-	}
-	newRedis := func() (rueidis.Client, error) {
-		c, err := rueidis.NewClient(rueidis.ClientOption{
-			InitAddress: cfg.Redis.Addrs, Username: cfg.Redis.Username, Password: cfg.Redis.Password,
-			SelectDB: cfg.Redis.DB, TLSConfig: redisTLS, DisableCache: true,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("redis %v: %w%s", cfg.Redis.Addrs, err, hint(err, "Redis", "redis.addrs / SIGWATCH_REDIS_ADDRS"))
-		}
-		return c, nil
-	}
-	if a.rc, err = newRedis(); err != nil {
+	var err error
+	if a.store, err = shard.Dial(cfg.Redis); err != nil {
 		return nil, err
 	}
-	a.store = shard.NewStore(a.rc, shard.NewKeys(cfg.Redis.Prefix))
 	if a.topo, err = shard.NewWatcher(ctx, a.store, cfg.Shards.Initial, 500*time.Millisecond, log); err != nil {
 		return nil, err
 	}
@@ -113,14 +96,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err := a.thr.Reload(ctx); err != nil {
 		return nil, err
 	}
+	a.devices = shard.NewDevices(a.store, a.topo, a.thr)
 
-	if a.nc, err = connectNATS(cfg.NATS, log); err != nil {
+	if a.nc, err = dispatch.Connect(cfg.NATS, log); err != nil {
 		return nil, err
 	}
-	a.pub, err = dispatch.New(ctx, a.nc, dispatch.Options{
-		Mode: dispatch.Mode(cfg.NATS.Mode), Prefix: cfg.NATS.Prefix, Stream: cfg.NATS.Stream,
-		Duplicates: cfg.NATS.Duplicates, Storage: cfg.NATS.Storage, Replicas: cfg.NATS.Replicas, MaxAge: cfg.NATS.MaxAge,
-	})
+	a.pub, err = dispatch.New(ctx, a.nc, cfg.NATS.Options)
 	if err != nil {
 		return nil, err
 	}
@@ -147,13 +128,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		// The alarm's repeat scanner registers the same metrics with
 		// family="repeats".
 		sreg := prometheus.WrapRegistererWith(prometheus.Labels{"family": "deadlines"}, a.reg)
-		if a.scanRC, err = newRedis(); err != nil {
+		if a.scanStore, err = shard.Dial(cfg.Redis); err != nil {
 			return nil, err
 		}
 		a.sc, err = scanner.New(scanner.Options{
 			Replica: replicaID(), LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll,
 			Batch: cfg.Scanner.Batch, Thresholds: a.thr,
-		}, shard.NewStore(a.scanRC, a.store.Keys()), a.topo, a.pub, sreg, log.With("role", "scanner"))
+		}, a.scanStore, a.topo, a.pub, sreg, log.With("role", "scanner"))
 		if err != nil {
 			return nil, err
 		}
@@ -161,7 +142,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if cfg.hasRole("alarm") || cfg.hasRole("api") && a.pub.Mode() == dispatch.JetStream {
 		// The repeat timers are a second sharded queue; it starts with the
 		// deadlines' shard count and is doubled with them.
-		a.timers = shard.NewStore(a.rc, a.store.Keys().Alarm())
+		a.timers = shard.NewStore(a.store.Client(), a.store.Keys().Alarm())
 		if a.rtopo, err = shard.NewWatcher(ctx, a.timers, a.topo.Current().Shards, 500*time.Millisecond, log); err != nil {
 			return nil, err
 		}
@@ -169,11 +150,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		if cfg.hasRole("alarm") {
 			replica = replicaID()
 		}
-		ac := cfg.Alarm
 		a.alarms, err = alarm.New(alarm.Options{
-			Policy: alarm.Policy{Interval: ac.Interval, Backoff: ac.Backoff, MaxInterval: ac.MaxInterval,
-				MaxRepeats: ac.MaxRepeats, FlapCount: ac.FlapCount, FlapWindow: ac.FlapWindow, FlapStable: ac.FlapStable},
-			Replica: replica, Stream: cfg.NATS.Stream, AckWait: ac.AckWait,
+			Policy: cfg.Alarm.Policy, Replica: replica, Stream: cfg.NATS.Stream, AckWait: cfg.Alarm.AckWait,
 			LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll, Batch: cfg.Scanner.Batch,
 		}, a.store, a.topo, a.timers, a.rtopo, a.pub, a.reg, log.With("role", "alarm"))
 		if err != nil {
@@ -188,76 +166,40 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 
 	ok = true
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a.cancel = cancel
-	a.goRun("topology", func() error { a.topo.Run(runCtx); return nil })
-	a.goRun("thresholds", func() error { a.thr.Run(runCtx, time.Second, log); return nil })
-	if a.in != nil {
-		a.goRun("ingest", func() error { return a.in.Run(runCtx) })
-	}
-	if a.sc != nil {
-		a.goRun("scanner", func() error { return a.sc.Run(runCtx) })
-	}
+	// Added in start order; the group stops them in reverse.
+	a.g.Go("topology", func(ctx context.Context) error { a.topo.Run(ctx); return nil })
+	a.g.Go("thresholds", func(ctx context.Context) error { a.thr.Run(ctx, time.Second, log); return nil })
 	if a.rtopo != nil {
-		a.goRun("alarm topology", func() error { a.rtopo.Run(runCtx); return nil })
-	}
-	if a.alarms != nil && cfg.hasRole("alarm") {
-		a.goRun("alarm", func() error { return a.alarms.Run(runCtx) })
+		a.g.Go("alarm topology", func(ctx context.Context) error { a.rtopo.Run(ctx); return nil })
 	}
 	if a.httpSrv != nil {
-		go func() {
-			if err := a.httpSrv.Serve(a.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				a.fail(fmt.Errorf("http: %w", err))
-			}
-		}()
+		a.g.Go("http", func(ctx context.Context) error { return serveHTTP(ctx, a.httpSrv, a.httpLn) })
+	}
+	if a.alarms != nil && cfg.hasRole("alarm") {
+		a.g.Go("alarm", a.alarms.Run)
+	}
+	if a.sc != nil {
+		a.g.Go("scanner", a.sc.Run)
+	}
+	if a.in != nil {
+		a.g.Go("ingest", a.in.Run)
 	}
 	go func() {
 		select {
 		case <-ctx.Done():
-		case <-runCtx.Done():
+		case <-a.g.stopping:
 		}
-		a.shutdown()
+		a.err = a.g.Shutdown()
+		if a.err != nil {
+			log.Error("fatal", "err", a.err)
+		}
+		a.closeClients()
+		log.Info("sigwatch stopped")
+		close(a.done)
 	}()
 	log.Info("sigwatch started", "roles", strings.Join(cfg.Roles, ","), "shards", a.topo.Current().Shards,
 		"epoch", a.topo.Current().Epoch, "http", a.HTTPAddr())
 	return a, nil
-}
-
-func (a *App) goRun(name string, f func() error) {
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		if err := f(); err != nil {
-			a.fail(fmt.Errorf("%s: %w", name, err))
-		}
-	}()
-}
-
-// fail records the first fatal error and stops the process.
-func (a *App) fail(err error) {
-	a.errMu.Lock()
-	if a.err == nil {
-		a.err = err
-	}
-	a.errMu.Unlock()
-	a.log.Error("fatal", "err", err)
-	a.cancel()
-}
-
-// shutdown stops the roles (ingest and scanner finish their in-flight
-// batches and publish what they owe), then the API, then the clients:
-// senders before the connections they send on.
-func (a *App) shutdown() {
-	a.cancel()
-	a.wg.Wait()
-	if a.httpSrv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = a.httpSrv.Shutdown(ctx)
-		cancel()
-	}
-	a.closeClients()
-	a.log.Info("sigwatch stopped")
-	close(a.done)
 }
 
 func (a *App) closeClients() {
@@ -268,25 +210,23 @@ func (a *App) closeClients() {
 		}
 		a.nc.Close()
 	}
-	if a.scanRC != nil {
-		a.scanRC.Close()
+	if a.scanStore != nil {
+		a.scanStore.Close()
 	}
-	if a.rc != nil {
-		a.rc.Close()
+	if a.store != nil {
+		a.store.Close()
 	}
 }
 
 // Stop shuts the process down and waits.
 func (a *App) Stop() error {
-	a.cancel()
+	a.g.Stop()
 	return a.Wait()
 }
 
 // Wait blocks until the process has stopped and returns the fatal error, if any.
 func (a *App) Wait() error {
 	<-a.done
-	a.errMu.Lock()
-	defer a.errMu.Unlock()
 	return a.err
 }
 
@@ -296,47 +236,4 @@ func (a *App) HTTPAddr() string {
 		return ""
 	}
 	return a.httpLn.Addr().String()
-}
-
-func connectNATS(c NATSConfig, log *slog.Logger) (*nats.Conn, error) {
-	opts := []nats.Option{
-		nats.Name("sigwatch"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("nats disconnected", "err", err)
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", nc.ConnectedUrl()) }),
-	}
-	if c.CredsFile != "" {
-		opts = append(opts, nats.UserCredentials(c.CredsFile))
-	}
-	if c.User != "" {
-		opts = append(opts, nats.UserInfo(c.User, c.Password))
-	}
-	if c.Token != "" {
-		opts = append(opts, nats.Token(c.Token))
-	}
-	tlsConf, err := c.TLS.Build()
-	if err != nil {
-		return nil, fmt.Errorf("nats: %w", err)
-	}
-	if tlsConf != nil {
-		opts = append(opts, nats.Secure(tlsConf))
-	}
-	nc, err := nats.Connect(c.URL, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("nats %s: %w%s", c.URL, err, hint(err, "NATS", "nats.url / SIGWATCH_NATS_URL"))
-	}
-	return nc, nil
-}
-
-// hint adds a pointer to the address setting when a server could not be
-// reached at all; refusals of credentials or certificates speak for
-// themselves.
-func hint(err error, what, setting string) string {
-	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, nats.ErrNoServers) {
-		return fmt.Sprintf(" (is %s running? set %s)", what, setting)
-	}
-	return ""
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/servers"
 	"github.com/sigwatch/sigwatch/internal/testenv"
+	"github.com/sigwatch/sigwatch/internal/tlsconfig"
 )
 
 // These tests prove the "TLS and credentials" promise against real servers: Redis with
@@ -97,7 +98,7 @@ func secLogOnFailure(t *testing.T, name, path string) {
 // config points sigwatch at env's TLS ports with the right credentials, as an operator's YAML
 // would.
 func (env *secureEnv) config(t *testing.T) Config {
-	tlsOn := TLSConfig{Enabled: true, CAFile: env.certs.CAFile}
+	tlsOn := tlsconfig.Config{Enabled: true, CAFile: env.certs.CAFile}
 	cfg := DefaultConfig()
 	cfg.Redis.Addrs = []string{env.redis.TLSAddr}
 	cfg.Redis.Password = secPassword

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,12 +10,55 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"text/tabwriter"
 	"time"
-
-	"github.com/redis/rueidis"
 
 	"github.com/sigwatch/sigwatch/shard"
 )
+
+// cmdShards shows the topology, drain progress and every shard:
+// sigwatch shards status [--config file] [--json].
+func cmdShards(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 || args[0] != "status" {
+		return fmt.Errorf("usage: sigwatch shards status [--config file] [--json] | sigwatch shards double [--config file]")
+	}
+	fs := flag.NewFlagSet("shards status", flag.ContinueOnError)
+	path := fs.String("config", os.Getenv("SIGWATCH_CONFIG"), "YAML config file")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	cfg, err := LoadConfig(*path, os.Environ())
+	if err != nil {
+		return err
+	}
+	store, err := shard.Dial(cfg.Redis)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	v, err := shardsStatus(ctx, store, time.Now())
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	fmt.Fprintf(stdout, "shards %d  prev %d  epoch %d  devices %d  watermark lag %dms\n\n",
+		v.Shards, v.Prev, v.Epoch, v.Devices, v.WatermarkLag)
+	printDrain(stdout, v.Drain, time.Now())
+	if rt := v.Timers; rt != nil {
+		fmt.Fprintf(stdout, "alarm repeat timers: shards %d  prev %d  epoch %d  timers %d\n\n", rt.Shards, rt.Prev, rt.Epoch, rt.Size)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tSIZE\tHEAD LAG\tOWNER")
+	for _, s := range v.List {
+		fmt.Fprintf(tw, "%d\t%d\t%dms\t%s\n", s.Shard, s.Size, s.HeadLagMS, s.Owner)
+	}
+	return tw.Flush()
+}
 
 // cmdShardsDouble starts a doubling of the shard count on the Redis of the
 // config: sigwatch shards double [--config file].
@@ -28,11 +72,11 @@ func cmdShardsDouble(ctx context.Context, args []string, stdout io.Writer) error
 	if err != nil {
 		return err
 	}
-	store, closeStore, err := openStore(cfg)
+	store, err := shard.Dial(cfg.Redis)
 	if err != nil {
 		return err
 	}
-	defer closeStore()
+	defer store.Close()
 	t, err := store.Double(ctx, time.Now())
 	if err != nil {
 		return err
@@ -72,30 +116,12 @@ func doubleTimers(ctx context.Context, store *shard.Store, t shard.Topology) str
 	return fmt.Sprintf("alarm repeat timers: doubling %d -> %d shards started (epoch %d).", nt.Prev, nt.Shards, nt.Epoch)
 }
 
-// openStore connects to the Redis of cfg.
-func openStore(cfg Config) (*shard.Store, func(), error) {
-	tlsConf, err := cfg.Redis.TLS.Build()
-	if err != nil {
-		return nil, nil, err
-	}
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cfg.Redis.Addrs, Username: cfg.Redis.Username,
-		Password: cfg.Redis.Password, SelectDB: cfg.Redis.DB, TLSConfig: tlsConf, DisableCache: true})
-	if err != nil {
-		return nil, nil, fmt.Errorf("redis %v: %w", cfg.Redis.Addrs, err)
-	}
-	return shard.NewStore(rc, shard.NewKeys(cfg.Redis.Prefix)), rc.Close, nil
-}
-
 // postShardsDouble is POST /v1/shards/double: 200 with the new topology, 409
 // while a previous doubling drains.
 func (a *App) postShardsDouble(w http.ResponseWriter, r *http.Request) {
 	t, err := a.store.Double(r.Context(), time.Now())
-	switch {
-	case errors.Is(err, shard.ErrDraining):
-		writeError(w, http.StatusConflict, err.Error())
-		return
-	case err != nil:
-		writeError(w, http.StatusServiceUnavailable, err.Error())
+	if err != nil {
+		writeErr(w, err)
 		return
 	}
 	if note := doubleTimers(r.Context(), a.store, t); note != "" {

@@ -1,0 +1,43 @@
+package alarm
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config is the alarm section of sigwatch's configuration: the policy of
+// every alarm, and how long an event a dead worker held waits before it is
+// delivered to another.
+type Config struct {
+	Policy  `yaml:",inline"`
+	AckWait time.Duration `yaml:"ack_wait"`
+}
+
+// DefaultConfig is the alarm section when nothing is configured; with
+// DefaultPolicy it is the only copy of these defaults.
+func DefaultConfig() Config { return Config{Policy: DefaultPolicy, AckWait: 30 * time.Second} }
+
+// Validate refuses a policy that cannot work, saying what to change.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	switch {
+	case c.Interval <= 0:
+		bad("alarm.interval must be positive")
+	case c.Backoff < 1:
+		bad("alarm.backoff %v must be at least 1 (1: no backoff)", c.Backoff)
+	case c.MaxInterval < c.Interval:
+		bad("alarm.max_interval %v must be at least alarm.interval %v", c.MaxInterval, c.Interval)
+	}
+	if c.MaxRepeats < 0 || c.FlapCount < 0 {
+		bad("alarm.max_repeats and alarm.flap_count must be >= 0 (0: unlimited / off)")
+	}
+	if c.FlapCount > 0 && (c.FlapWindow <= 0 || c.FlapStable <= 0) {
+		bad("alarm.flap_window and alarm.flap_stable must be positive (or set alarm.flap_count 0 to turn flap damping off)")
+	}
+	if c.AckWait < time.Second {
+		bad("alarm.ack_wait must be at least 1s")
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sigwatch/sigwatch/alarm"
+)
+
+// noAlarms answers alarm requests of a process that has no alarms (NATS in
+// core mode) and reports whether it did.
+func (a *App) noAlarms(w http.ResponseWriter) bool {
+	if a.alarms != nil {
+		return false
+	}
+	writeError(w, http.StatusServiceUnavailable, "alarms need nats.mode jetstream")
+	return true
+}
+
+// window reads the end of an ack or a mute: "until" (RFC 3339, or unix ms
+// as a number or a string) or "for" (a Go duration from now). Neither gives
+// the zero time.
+func window(until json.RawMessage, dur string, now time.Time) (time.Time, error) {
+	const use = `give "until" as RFC 3339 or unix ms, or "for" as a duration such as 30m`
+	u := strings.TrimSpace(string(until))
+	switch {
+	case u != "" && u != "null" && dur != "":
+		return time.Time{}, errors.New("give either until or for, not both")
+	case dur != "":
+		d, err := time.ParseDuration(dur)
+		if err != nil || d <= 0 {
+			return time.Time{}, fmt.Errorf("for %q: %s", dur, use)
+		}
+		return now.Add(d), nil
+	case u == "" || u == "null":
+		return time.Time{}, nil
+	}
+	var v any
+	if err := json.Unmarshal(until, &v); err != nil {
+		return time.Time{}, errors.New(use)
+	}
+	switch x := v.(type) {
+	case float64:
+		return time.UnixMilli(int64(x)), nil
+	case string:
+		if ms, err := strconv.ParseInt(x, 10, 64); err == nil {
+			return time.UnixMilli(ms), nil
+		}
+		if t, err := time.Parse(time.RFC3339, x); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("until %s: %s", u, use)
+}
+
+// postAck is POST /v1/devices/{id}/ack with an optional body
+// {"until": ...} or {"for": "30m"}: without an end the alarm is resolved
+// (reason acked); with one its repeats pause until then and resume if the
+// device is still silent.
+func (a *App) postAck(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := a.validID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if a.noAlarms(w) {
+		return
+	}
+	var body struct {
+		Until json.RawMessage `json:"until"`
+		For   string          `json:"for"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil && !errors.Is(err, io.EOF) {
+		writeError(w, http.StatusBadRequest, `body must be empty, {"until": "2030-01-02T15:04:05Z" or unix ms} or {"for": "30m"}`)
+		return
+	}
+	now := time.Now()
+	until, err := window(body.Until, body.For, now)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if !until.IsZero() && !until.After(now) {
+		writeError(w, http.StatusBadRequest, "until is in the past: leave it out to resolve the alarm")
+		return
+	}
+	v, err := a.alarms.Ack(r.Context(), id, until)
+	switch {
+	case errors.Is(err, alarm.ErrNoAlarm):
+		writeError(w, http.StatusConflict, fmt.Sprintf("device %s has no open alarm", id))
+		return
+	case err != nil:
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// muteIn is the body of POST /v1/mutes.
+type muteIn struct {
+	Device  string          `json:"device"`
+	Type    string          `json:"type"`
+	Until   json.RawMessage `json:"until"`
+	For     string          `json:"for"`
+	Comment string          `json:"comment"`
+}
+
+func (a *App) postMute(w http.ResponseWriter, r *http.Request) {
+	if a.noAlarms(w) {
+		return
+	}
+	const use = `body must be {"device": "id"} or {"type": "t"}, with {"for": "1h"} or {"until": RFC 3339 or unix ms}, and an optional "comment"`
+	var in muteIn
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16384)).Decode(&in); err != nil {
+		writeError(w, http.StatusBadRequest, use)
+		return
+	}
+	if (in.Device == "") == (in.Type == "") {
+		writeError(w, http.StatusBadRequest, "give exactly one of device or type")
+		return
+	}
+	if in.Device != "" {
+		if err := a.validID(in.Device); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	now := time.Now()
+	until, err := window(in.Until, in.For, now)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if !until.After(now) {
+		writeError(w, http.StatusBadRequest, "a mute needs an end in the future: "+use)
+		return
+	}
+	m, err := a.alarms.AddMute(r.Context(), alarm.Mute{Device: in.Device, Type: in.Type, Until: until.UnixMilli(), Comment: in.Comment})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, m)
+}
+
+func (a *App) getMutes(w http.ResponseWriter, r *http.Request) {
+	if a.noAlarms(w) {
+		return
+	}
+	ms, err := a.alarms.Mutes(r.Context())
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ms)
+}
+
+func (a *App) deleteMute(w http.ResponseWriter, r *http.Request) {
+	if a.noAlarms(w) {
+		return
+	}
+	id := r.PathValue("id")
+	ok, err := a.alarms.RemoveMute(r.Context(), id)
+	switch {
+	case err != nil:
+		writeErr(w, err)
+	case !ok:
+		writeError(w, http.StatusNotFound, "no mute "+id)
+	default:
+		writeJSON(w, http.StatusOK, map[string]any{"id": id, "removed": true})
+	}
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sigwatch/sigwatch/alarm"
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// routes is the admin API. /metrics, /healthz and /readyz are open (they
+// carry no device data); /v1 needs the bearer token when one is set.
+func (a *App) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", a.readyz)
+
+	v1 := http.NewServeMux()
+	v1.HandleFunc("GET /v1/devices/{id}", a.getDevice)
+	v1.HandleFunc("DELETE /v1/devices/{id}", a.deleteDevice)
+	v1.HandleFunc("PUT /v1/devices/{id}/threshold", a.putThreshold)
+	v1.HandleFunc("POST /v1/devices/{id}/ack", a.postAck)
+	v1.HandleFunc("GET /v1/mutes", a.getMutes)
+	v1.HandleFunc("POST /v1/mutes", a.postMute)
+	v1.HandleFunc("DELETE /v1/mutes/{id}", a.deleteMute)
+	v1.HandleFunc("POST /v1/signals", a.postSignals)
+	v1.HandleFunc("GET /v1/shards", a.getShards)
+	v1.HandleFunc("POST /v1/shards/double", a.postShardsDouble)
+	mux.Handle("/v1/", a.auth(v1))
+	return mux
+}
+
+func (a *App) auth(next http.Handler) http.Handler {
+	if a.cfg.HTTP.Token == "" {
+		return next
+	}
+	want := []byte("Bearer " + a.cfg.HTTP.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+func (a *App) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	var problems []string
+	if err := a.store.Ping(ctx); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if !a.nc.IsConnected() {
+		problems = append(problems, "nats: not connected")
+	}
+	if a.in != nil && !a.in.Connected() {
+		problems = append(problems, "mqtt: not connected")
+	}
+	if len(problems) > 0 {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "problems": problems})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ready": true})
+}
+
+// validID refuses ids ingest would refuse, so the API cannot create devices
+// MQTT never could.
+func (a *App) validID(id string) error {
+	switch {
+	case id == "":
+		return errors.New("empty device id")
+	case len(id) > a.cfg.Ingest.MaxIDLen:
+		return fmt.Errorf("device id longer than %d bytes", a.cfg.Ingest.MaxIDLen)
+	case !utf8.ValidString(id):
+		return errors.New("device id is not valid UTF-8")
+	case strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return errors.New("device id contains control characters")
+	}
+	return nil
+}
+
+// errStatus is the one mapping of domain errors to HTTP status codes: a
+// refusal the caller can act on is 4xx, anything else means a dependency
+// (Redis, NATS) is not answering.
+func errStatus(err error) int {
+	switch {
+	case errors.Is(err, errBadRequest), errors.Is(err, alarm.ErrBadMute):
+		return http.StatusBadRequest
+	case errors.Is(err, errNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, alarm.ErrNoAlarm), errors.Is(err, shard.ErrDraining):
+		return http.StatusConflict
+	}
+	return http.StatusServiceUnavailable
+}
+
+var (
+	errBadRequest = errors.New("bad request")
+	errNotFound   = errors.New("not found")
+)
+
+// badRequest wraps a refusal of the request's input.
+func badRequest(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, a...))
+}
+
+// writeErr answers err with its status; the message is err's own, without
+// the class it was wrapped in.
+func writeErr(w http.ResponseWriter, err error) {
+	msg := err.Error()
+	for _, class := range []error{errBadRequest, errNotFound} {
+		msg = strings.TrimPrefix(msg, class.Error()+": ")
+	}
+	writeError(w, errStatus(err), msg)
+}

@@ -1,0 +1,144 @@
+package dispatch
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sigwatch/sigwatch/internal/tlsconfig"
+)
+
+// Mode selects the delivery guarantee.
+type Mode string
+
+const (
+	// JetStream publishes into a stream and waits for its acknowledgement;
+	// Nats-Msg-Id de-duplicates re-publishes after a crash.
+	JetStream Mode = "jetstream"
+	// Core publishes on core NATS: at most once, no stream.
+	Core Mode = "core"
+)
+
+// Config is the nats section of sigwatch's configuration: where NATS is,
+// how to log in, and the shape of the event stream.
+type Config struct {
+	URL       string           `yaml:"url"`
+	CredsFile string           `yaml:"creds_file"`
+	User      string           `yaml:"user"`
+	Password  string           `yaml:"password"`
+	Token     string           `yaml:"token"`
+	TLS       tlsconfig.Config `yaml:"tls"`
+	Options   `yaml:",inline"`
+}
+
+// Options configure the publisher and the stream.
+type Options struct {
+	Mode       Mode          `yaml:"mode"`
+	Prefix     string        `yaml:"prefix"`     // subject prefix
+	Stream     string        `yaml:"stream"`     // stream name
+	Duplicates time.Duration `yaml:"duplicates"` // de-duplication window
+	Storage    string        `yaml:"storage"`    // "file" or "memory"
+	Replicas   int           `yaml:"replicas"`
+	MaxAge     time.Duration `yaml:"max_age"` // 0 keeps messages until other limits apply
+	MaxPending int           `yaml:"-"`       // outstanding async publishes
+	AckWait    time.Duration `yaml:"-"`       // how long a batch waits for acks
+}
+
+// DefaultConfig is the nats section when nothing is configured; it is the
+// only copy of these defaults.
+func DefaultConfig() Config {
+	return Config{URL: "nats://127.0.0.1:4222", Options: Options{
+		Mode: JetStream, Prefix: DefaultPrefix, Stream: "SIGWATCH", Duplicates: 2 * time.Minute,
+		Storage: "file", Replicas: 1, MaxPending: 4096, AckWait: 10 * time.Second,
+	}}
+}
+
+// Validate refuses settings that cannot work, saying what to change.
+func (c Config) Validate() error {
+	var errs []error
+	if c.URL == "" {
+		errs = append(errs, errors.New("nats.url is empty"))
+	}
+	if c.Mode != JetStream && c.Mode != Core {
+		errs = append(errs, fmt.Errorf("nats.mode %q: use jetstream or core", c.Mode))
+	}
+	if c.Storage != "file" && c.Storage != "memory" {
+		errs = append(errs, fmt.Errorf("nats.storage %q: use file or memory", c.Storage))
+	}
+	if c.Replicas < 0 || c.Duplicates < 0 || c.MaxAge < 0 {
+		errs = append(errs, errors.New("nats.replicas, nats.duplicates and nats.max_age must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// defaults fills the zero fields of o from DefaultConfig.
+func (o *Options) defaults() {
+	d := DefaultConfig().Options
+	if o.Mode == "" {
+		o.Mode = d.Mode
+	}
+	if o.Prefix == "" {
+		o.Prefix = d.Prefix
+	}
+	if o.Stream == "" {
+		o.Stream = d.Stream
+	}
+	if o.Duplicates <= 0 {
+		o.Duplicates = d.Duplicates
+	}
+	if o.Storage == "" {
+		o.Storage = d.Storage
+	}
+	if o.Replicas <= 0 {
+		o.Replicas = d.Replicas
+	}
+	if o.MaxPending <= 0 {
+		o.MaxPending = d.MaxPending
+	}
+	if o.AckWait <= 0 {
+		o.AckWait = d.AckWait
+	}
+}
+
+// Connect opens the NATS connection of c. It reconnects for ever; the
+// caller closes it.
+func Connect(c Config, log *slog.Logger) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name("sigwatch"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", nc.ConnectedUrl()) }),
+	}
+	if c.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(c.CredsFile))
+	}
+	if c.User != "" {
+		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	}
+	if c.Token != "" {
+		opts = append(opts, nats.Token(c.Token))
+	}
+	tlsConf, err := c.TLS.Build()
+	if err != nil {
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	if tlsConf != nil {
+		opts = append(opts, nats.Secure(tlsConf))
+	}
+	nc, err := nats.Connect(c.URL, opts...)
+	if err != nil {
+		hint := ""
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, nats.ErrNoServers) {
+			hint = " (is NATS running? set nats.url / SIGWATCH_NATS_URL)"
+		}
+		return nil, fmt.Errorf("nats %s: %w%s", c.URL, err, hint)
+	}
+	return nc, nil
+}

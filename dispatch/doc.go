@@ -1,0 +1,12 @@
+// Package dispatch is sigwatch's only door to NATS. It turns decisions into
+// messages and hands events to the roles that consume them.
+//
+//   - config.go: the nats section (connection, credentials, TLS, stream
+//     shape), its defaults and rules, and Connect.
+//   - event.go: the event bodies, subjects and de-duplication ids of the
+//     public contract (a device id never enters a subject).
+//   - publisher.go: the JetStream stream set-up and asynchronous publishing
+//     with bounded outstanding acknowledgements; core NATS as an option.
+//   - consume.go: a durable consumer of lost and recovered events shared by
+//     the replicas of a role (the alarm workers).
+package dispatch

@@ -1,0 +1,110 @@
+package ingest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/sigwatch/sigwatch/internal/tlsconfig"
+)
+
+// MQTTConfig is the mqtt section of sigwatch's configuration: where signals
+// come from.
+type MQTTConfig struct {
+	Brokers     []string         `yaml:"brokers"`
+	ClientID    string           `yaml:"client_id"`
+	Username    string           `yaml:"username"`
+	Password    string           `yaml:"password"`
+	TLS         tlsconfig.Config `yaml:"tls"`
+	Topics      []string         `yaml:"topics"`
+	IDLevel     int              `yaml:"id_level"`
+	TypeLevel   int              `yaml:"type_level"`
+	SharedGroup string           `yaml:"shared_group"`
+	QoS         int              `yaml:"qos"`
+}
+
+// TimestampConfig is the timestamp section: the signal time is the receive
+// time or a payload field.
+type TimestampConfig struct {
+	Mode    string        `yaml:"mode"`
+	MaxSkew time.Duration `yaml:"max_skew"`
+}
+
+// Config is the ingest section: the write path and the watermark.
+type Config struct {
+	Batch         int           `yaml:"batch"`
+	FlushInterval time.Duration `yaml:"flush_interval"`
+	MaxInFlight   int           `yaml:"max_inflight"`
+	ProbeInterval time.Duration `yaml:"probe_interval"`
+	OutageAfter   time.Duration `yaml:"outage_after"`
+	MemberTimeout time.Duration `yaml:"member_timeout"`
+	MaxIDLen      int           `yaml:"max_id_len"`
+}
+
+// DefaultMQTTConfig is the mqtt section when nothing is configured. The
+// client id names a persistent session, so it defaults to one per host.
+func DefaultMQTTConfig() MQTTConfig {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "sigwatch"
+	}
+	return MQTTConfig{Brokers: []string{"tcp://127.0.0.1:1883"}, ClientID: "sigwatch-" + host,
+		Topics: []string{"devices/+/signal"}, IDLevel: 1, TypeLevel: -1, QoS: 1}
+}
+
+// DefaultTimestampConfig is the timestamp section when nothing is
+// configured.
+func DefaultTimestampConfig() TimestampConfig {
+	return TimestampConfig{Mode: TimestampReceive, MaxSkew: time.Minute}
+}
+
+// DefaultConfig is the ingest section when nothing is configured; with
+// the two above it is the only copy of ingest's defaults.
+func DefaultConfig() Config {
+	return Config{Batch: 256, FlushInterval: time.Millisecond, MaxInFlight: 8192,
+		ProbeInterval: DefaultProbeInterval, OutageAfter: 3 * time.Second, MemberTimeout: 10 * time.Second,
+		MaxIDLen: DefaultMaxIDLen}
+}
+
+// Validate refuses mqtt settings that cannot work.
+func (c MQTTConfig) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if c.QoS < 0 || c.QoS > 1 {
+		bad("mqtt.qos %d: use 0 or 1", c.QoS)
+	}
+	if c.IDLevel < 0 {
+		bad("mqtt.id_level must be >= 0")
+	}
+	if c.TypeLevel == c.IDLevel {
+		bad("mqtt.type_level must differ from mqtt.id_level (use -1 for none)")
+	}
+	return errors.Join(errs...)
+}
+
+// Validate refuses an unknown timestamp mode.
+func (c TimestampConfig) Validate() error {
+	if c.Mode != TimestampReceive && c.Mode != TimestampPayload {
+		return fmt.Errorf("timestamp.mode %q: use receive or payload", c.Mode)
+	}
+	if c.MaxSkew < 0 {
+		return errors.New("timestamp.max_skew must not be negative")
+	}
+	return nil
+}
+
+// Validate refuses write-path settings that cannot work.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Batch < 1 || c.MaxInFlight < 1 {
+		errs = append(errs, errors.New("ingest.batch and ingest.max_inflight must be at least 1"))
+	}
+	if c.FlushInterval <= 0 || c.ProbeInterval <= 0 || c.OutageAfter <= 0 || c.MemberTimeout <= 0 {
+		errs = append(errs, errors.New("ingest.flush_interval, probe_interval, outage_after and member_timeout must be positive"))
+	}
+	if c.MaxIDLen < 1 {
+		errs = append(errs, errors.New("ingest.max_id_len must be at least 1"))
+	}
+	return errors.Join(errs...)
+}
