@@ -36,6 +36,7 @@ type rig struct {
 	thr   *shard.Thresholds
 	nc    *nats.Conn
 	pub   *dispatch.Publisher
+	log   *slog.Logger // for start; nil: testLog()
 }
 
 func testLog() *slog.Logger {
@@ -93,7 +94,11 @@ func (r *rig) start(t *testing.T, opts Options) *running {
 	}
 	opts.Thresholds = r.thr
 	reg := prometheus.NewRegistry()
-	in, err := New(opts, r.store, r.topo, r.pub, reg, testLog())
+	log := r.log
+	if log == nil {
+		log = testLog()
+	}
+	in, err := New(opts, r.store, r.topo, r.pub, reg, log)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

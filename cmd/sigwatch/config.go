@@ -93,7 +93,7 @@ type MQTTConfig struct {
 	IDLevel     int       `yaml:"id_level"`
 	TypeLevel   int       `yaml:"type_level"`
 	SharedGroup string    `yaml:"shared_group"`
-	QoS         int       `yaml:"qos"`
+	QoS         int       `yaml:"qos"` // 0, 1 or 2, run as configured; default 1
 }
 
 // ThresholdsConfig says how long devices may stay silent.
@@ -325,8 +325,8 @@ func (c Config) Validate() error {
 	if c.NATS.Mode != "jetstream" && c.NATS.Mode != "core" {
 		bad("nats.mode %q: use jetstream or core", c.NATS.Mode)
 	}
-	if c.MQTT.QoS < 0 || c.MQTT.QoS > 1 {
-		bad("mqtt.qos %d: use 0 or 1", c.MQTT.QoS)
+	if c.MQTT.QoS < 0 || c.MQTT.QoS > 2 {
+		bad("mqtt.qos %d: use 1 (the default) or 2 to have a signal acked only once stored, or 0 to accept losing signals in flight", c.MQTT.QoS)
 	}
 	if c.MQTT.IDLevel < 0 {
 		bad("mqtt.id_level must be >= 0")
