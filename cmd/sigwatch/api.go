@@ -11,11 +11,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sigwatch/sigwatch/alarm"
+	"github.com/sigwatch/sigwatch/ingest"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -86,20 +86,10 @@ func (a *App) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"ready": true})
 }
 
-// validID refuses ids ingest would refuse, so the API cannot create devices
+// validID refuses ids by ingest's rule, so the API cannot create devices
 // MQTT never could.
 func (a *App) validID(id string) error {
-	switch {
-	case id == "":
-		return errors.New("empty device id")
-	case len(id) > a.cfg.Ingest.MaxIDLen:
-		return fmt.Errorf("device id longer than %d bytes", a.cfg.Ingest.MaxIDLen)
-	case !utf8.ValidString(id):
-		return errors.New("device id is not valid UTF-8")
-	case strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }):
-		return errors.New("device id contains control characters")
-	}
-	return nil
+	return ingest.CheckID(id, a.cfg.Ingest.MaxIDLen)
 }
 
 // deviceView is the API's answer about one device.
