@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/sigwatch/sigwatch/internal/tlsconfig"
@@ -21,7 +22,7 @@ type MQTTConfig struct {
 	IDLevel     int              `yaml:"id_level"`
 	TypeLevel   int              `yaml:"type_level"`
 	SharedGroup string           `yaml:"shared_group"`
-	QoS         int              `yaml:"qos"`
+	QoS         int              `yaml:"qos"` // 0, 1 or 2, run as configured
 }
 
 // TimestampConfig is the timestamp section: the signal time is the receive
@@ -50,7 +51,7 @@ func DefaultMQTTConfig() MQTTConfig {
 		host = "sigwatch"
 	}
 	return MQTTConfig{Brokers: []string{"tcp://127.0.0.1:1883"}, ClientID: "sigwatch-" + host,
-		Topics: []string{"devices/+/signal"}, IDLevel: 1, TypeLevel: -1, QoS: 1}
+		Topics: []string{"devices/+/signal"}, IDLevel: 1, TypeLevel: -1, QoS: int(DefaultQoS)}
 }
 
 // DefaultTimestampConfig is the timestamp section when nothing is
@@ -71,14 +72,17 @@ func DefaultConfig() Config {
 func (c MQTTConfig) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	if c.QoS < 0 || c.QoS > 1 {
-		bad("mqtt.qos %d: use 0 or 1", c.QoS)
+	if c.QoS < 0 || c.QoS > 2 {
+		bad("mqtt.qos %d: use 1 (the default) or 2 to have a signal acked only once stored, or 0 to accept losing signals in flight", c.QoS)
 	}
 	if c.IDLevel < 0 {
 		bad("mqtt.id_level must be >= 0")
 	}
 	if c.TypeLevel == c.IDLevel {
 		bad("mqtt.type_level must differ from mqtt.id_level (use -1 for none)")
+	}
+	if strings.ContainsAny(c.SharedGroup, "/+#") {
+		bad("mqtt.shared_group %q must not contain '/', '+' or '#'", c.SharedGroup)
 	}
 	return errors.Join(errs...)
 }

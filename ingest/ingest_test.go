@@ -36,6 +36,7 @@ type rig struct {
 	thr   *shard.Thresholds
 	nc    *nats.Conn
 	pub   *dispatch.Publisher
+	log   *slog.Logger // for start; nil: testLog()
 }
 
 func testLog() *slog.Logger {
@@ -93,7 +94,11 @@ func (r *rig) start(t *testing.T, opts Options) *running {
 	}
 	opts.Thresholds = r.thr
 	reg := prometheus.NewRegistry()
-	in, err := New(opts, r.store, r.topo, r.pub, reg, testLog())
+	log := r.log
+	if log == nil {
+		log = testLog()
+	}
+	in, err := New(opts, r.store, r.topo, r.pub, reg, log)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -103,7 +108,7 @@ func (r *rig) start(t *testing.T, opts Options) *running {
 	go func() { run.done <- in.Run(ctx) }()
 	t.Cleanup(func() { run.stop(t) })
 	if len(opts.Brokers) > 0 {
-		testenv.WaitFor(t, 10*time.Second, "ingest to subscribe", func() bool { return in.connectedAt.Load() != 0 })
+		testenv.WaitFor(t, 10*time.Second, "ingest to subscribe", func() bool { return in.src.connectedAt.Load() != 0 })
 	}
 	return run
 }
@@ -416,7 +421,7 @@ func TestInvalidInputIsRefusedAndLosesNothingElse(t *testing.T) {
 		t.Errorf("invalid_total{reason=bad_timestamp} = %v, want 2", n)
 	}
 	// Refused messages are acked: nothing is left in flight.
-	testenv.WaitFor(t, 5*time.Second, "nothing in flight", func() bool { return len(run.slots) == 0 })
+	testenv.WaitFor(t, 5*time.Second, "nothing in flight", func() bool { return len(run.pipe.slots) == 0 })
 }
 
 // Topics with control characters or invalid UTF-8 never get past the
@@ -442,7 +447,7 @@ func TestControlCharactersAreRefused(t *testing.T) {
 	run := r.start(t, Options{})
 	for _, topic := range []string{"devices/a\x01b/signal", "devices/a\xffb/signal", "devices/a\u009bb/signal"} {
 		m := &fakeMessage{topic: topic, payload: []byte("\x00\x01"), acked: make(chan struct{})}
-		run.onMessage(nil, m)
+		run.src.onMessage(nil, m)
 		select {
 		case <-m.acked:
 		case <-time.After(5 * time.Second):
@@ -459,7 +464,7 @@ func TestControlCharactersAreRefused(t *testing.T) {
 		}
 	}
 	ok := &fakeMessage{topic: "devices/ok/signal", acked: make(chan struct{})}
-	run.onMessage(nil, ok)
+	run.src.onMessage(nil, ok)
 	select {
 	case <-ok.acked:
 	case <-time.After(5 * time.Second):
@@ -487,9 +492,9 @@ func TestAckAfterStore(t *testing.T) {
 	for j := range 20 {
 		publish(t, dev, fmt.Sprintf("devices/a%d/signal", j), "")
 	}
-	testenv.WaitFor(t, 10*time.Second, "the in-flight bound to fill", func() bool { return len(run.slots) == 8 })
+	testenv.WaitFor(t, 10*time.Second, "the in-flight bound to fill", func() bool { return len(run.pipe.slots) == 8 })
 	time.Sleep(100 * time.Millisecond) // a handler that ignored the bound would show now
-	if n := len(run.slots); n != 8 {
+	if n := len(run.pipe.slots); n != 8 {
 		t.Fatalf("in flight = %d, want the bound 8", n)
 	}
 	testenv.WaitFor(t, 10*time.Second, "a store error to be counted", func() bool { return value(run.m.storeErrors) > 0 })
@@ -508,7 +513,7 @@ func TestAckAfterStore(t *testing.T) {
 	for j := range 20 {
 		publish(t, dev, fmt.Sprintf("devices/b%d/signal", j), "")
 	}
-	testenv.WaitFor(t, 10*time.Second, "the in-flight bound to fill", func() bool { return len(run.slots) == 8 })
+	testenv.WaitFor(t, 10*time.Second, "the in-flight bound to fill", func() bool { return len(run.pipe.slots) == 8 })
 	run.stop(t)
 	if err := r.env.Redis.Restart(); err != nil {
 		t.Fatal(err)
@@ -600,7 +605,7 @@ func TestWatermark(t *testing.T) {
 	}
 	killed := time.Now().UnixMilli()
 	testenv.WaitFor(t, 5*time.Second, "ingest to notice the broker is gone", func() bool {
-		c := run.client.Load()
+		c := run.src.client.Load()
 		return !(*c).IsConnectionOpen()
 	})
 	time.Sleep(100 * time.Millisecond) // barriers in flight settle

@@ -16,10 +16,13 @@ type metrics struct {
 	storeErrors  prometheus.Counter
 	batchSize    prometheus.Histogram
 	storeLatency prometheus.Histogram
+
+	all []prometheus.Collector // everything register registers
 }
 
-// newMetrics builds ingest's metrics and registers them on reg (if not nil).
-func newMetrics(reg prometheus.Registerer, in *Ingest) (*metrics, error) {
+// newMetrics builds ingest's metrics. The gauges read in's stages when
+// gathered: register them only once the stages are built.
+func newMetrics(in *Ingest) *metrics {
 	const ns, sub = "sigwatch", "ingest"
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help})
@@ -45,19 +48,13 @@ func newMetrics(reg prometheus.Registerer, in *Ingest) (*metrics, error) {
 	gauges := []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "inflight",
 			Help: "Signals received but not yet stored and acked."},
-			func() float64 { return float64(len(in.slots)) }),
+			func() float64 { return float64(len(in.pipe.slots)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "watermark_age_seconds",
 			Help: "Seconds since the watermark this instance last stored (since start before the first)."},
-			func() float64 {
-				wm := max(in.watermark.Load(), in.startedAt.Load())
-				if wm == 0 {
-					return 0
-				}
-				return float64(in.now().UnixMilli()-wm) / 1000
-			}),
+			func() float64 { return in.wm.age(in.opts.Now()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "broker_dropped_messages",
 			Help: "Messages the MQTT broker reports it dropped ($SYS/broker/publish/messages/dropped; -1 if the broker does not say)."},
-			func() float64 { return float64(in.brokerDropped.Load()) }),
+			func() float64 { return float64(in.src.brokerDropped.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "connected",
 			Help: "1 while connected to the MQTT broker."},
 			func() float64 {
@@ -67,14 +64,20 @@ func newMetrics(reg prometheus.Registerer, in *Ingest) (*metrics, error) {
 				return 0
 			}),
 	}
+	m.all = append([]prometheus.Collector{m.signals, m.resets, invalid, m.unforwarded, m.newDevices, m.recovered,
+		m.storeErrors, m.batchSize, m.storeLatency}, gauges...)
+	return m
+}
+
+// register registers the metrics on reg, if it is not nil.
+func (m *metrics) register(reg prometheus.Registerer) error {
 	if reg == nil {
-		return m, nil
+		return nil
 	}
-	cs := []prometheus.Collector{m.signals, m.resets, invalid, m.unforwarded, m.newDevices, m.recovered, m.storeErrors, m.batchSize, m.storeLatency}
-	for _, c := range append(cs, gauges...) {
+	for _, c := range m.all {
 		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("ingest: register metrics: %w", err)
+			return fmt.Errorf("ingest: register metrics: %w", err)
 		}
 	}
-	return m, nil
+	return nil
 }

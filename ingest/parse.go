@@ -53,9 +53,8 @@ func reasonOf(err error) string {
 
 // ParseTopic extracts the device id at level idLevel (0-based, levels split
 // by '/') and, when typeLevel >= 0 and the topic has that level, the device
-// type. The id must be non-empty, at most maxIDLen bytes (DefaultMaxIDLen
-// when maxIDLen <= 0), valid UTF-8 and free of control characters; the type
-// obeys the same rules but may be empty. Characters that are special in NATS
+// type. The id must pass CheckID; the type obeys the same rules but may be
+// empty. Characters that are special in NATS
 // subjects ('*', '>', '.', spaces) are valid: ids never become subjects.
 //
 // ParseTopic does not allocate: id and typ share topic's memory.
@@ -85,23 +84,21 @@ func ParseTopic(topic string, idLevel, typeLevel int, maxIDLen int) (id, typ str
 	if !haveID {
 		return "", "", ErrNoIDLevel
 	}
-	switch {
-	case id == "":
-		return "", "", ErrEmptyID
-	case len(id) > maxIDLen:
-		return "", "", ErrIDTooLong
-	case !printable(id):
-		return "", "", ErrBadID
+	if err := CheckID(id, maxIDLen); err != nil {
+		return "", "", err
 	}
-	if len(typ) > maxIDLen || !printable(typ) {
-		return "", "", ErrBadType
+	if err := checkType(typ, maxIDLen); err != nil {
+		return "", "", err
 	}
 	return id, typ, nil
 }
 
-// ValidID checks a device id that did not come from a topic (the Signal
-// API) by the rules ParseTopic applies.
-func ValidID(id string, maxIDLen int) error {
+// CheckID is the one rule for device ids, wherever they come from (an MQTT
+// topic, Signal, the HTTP API): an id is non-empty, at most maxIDLen bytes
+// (DefaultMaxIDLen when maxIDLen <= 0), valid UTF-8 and free of control
+// characters (C0, DEL and C1). It returns ErrEmptyID, ErrIDTooLong or
+// ErrBadID, which callers test with errors.Is, and allocates nothing.
+func CheckID(id string, maxIDLen int) error {
 	if maxIDLen <= 0 {
 		maxIDLen = DefaultMaxIDLen
 	}
@@ -112,6 +109,17 @@ func ValidID(id string, maxIDLen int) error {
 		return ErrIDTooLong
 	case !printable(id):
 		return ErrBadID
+	}
+	return nil
+}
+
+// checkType applies the id rules to a device type, which may be empty.
+func checkType(typ string, maxIDLen int) error {
+	if maxIDLen <= 0 {
+		maxIDLen = DefaultMaxIDLen
+	}
+	if len(typ) > maxIDLen || !printable(typ) {
+		return ErrBadType
 	}
 	return nil
 }

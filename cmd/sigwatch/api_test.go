@@ -121,3 +121,30 @@ func TestAPI(t *testing.T) {
 		t.Errorf("GET deleted device: %d, want 404", code)
 	}
 }
+
+// The API refuses the ids MQTT refuses, by ingest's one rule: C0 and C1
+// control characters, DEL and invalid UTF-8 never become devices over HTTP
+// either.
+func TestAPIRefusesIDsIngestRefuses(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
+	app := startApp(t, env, nil)
+	const tok = "t0ken"
+
+	for _, id := range []string{"a\u0085b", "a\u009bb", "a\x01b", "a\x7fb"} {
+		if code, out := call(t, app, "POST", "/v1/signals", tok, []map[string]any{{"device": id}}); code != http.StatusBadRequest {
+			t.Errorf("POST /v1/signals device %q: %d %v, want 400", id, code, out)
+		}
+	}
+	for _, id := range []string{"a\u0085b", "a\u009bb", "a\x01b", "a\xffb"} {
+		if code, out := call(t, app, "GET", "/v1/devices/"+url.PathEscape(id), tok, nil); code != http.StatusBadRequest {
+			t.Errorf("GET /v1/devices/%q: %d %v, want 400", id, code, out)
+		}
+	}
+	if code, sh := call(t, app, "GET", "/v1/shards", tok, nil); code != http.StatusOK || sh["devices"].(float64) != 0 {
+		t.Errorf("GET /v1/shards after refused ids: %d devices=%v, want 0 devices", code, sh["devices"])
+	}
+	// Printable non-ASCII is a valid id.
+	if code, out := call(t, app, "POST", "/v1/signals", tok, []map[string]any{{"device": "ünï"}}); code != http.StatusOK {
+		t.Errorf("POST /v1/signals device ünï: %d %v, want 200", code, out)
+	}
+}

@@ -74,3 +74,27 @@ func TestConfigRefusals(t *testing.T) {
 		t.Errorf("exposed API with token: %v", err)
 	}
 }
+
+// mqtt.qos runs as configured: 0, 1 and 2 are kept (0 is not "unset"), an
+// absent key means 1, and anything else is refused with what to use.
+func TestMQTTQoSRule(t *testing.T) {
+	for yaml, want := range map[string]int{"": 1, "mqtt:\n  qos: 0\n": 0, "mqtt:\n  qos: 1\n": 1, "mqtt:\n  qos: 2\n": 2} {
+		p := filepath.Join(t.TempDir(), "c.yaml")
+		if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := LoadConfig(p, nil)
+		if err != nil || cfg.MQTT.QoS != want {
+			t.Errorf("config %q: got qos %d, error %v; want qos %d", yaml, cfg.MQTT.QoS, err, want)
+		}
+	}
+	if cfg, err := LoadConfig("", []string{"SIGWATCH_MQTT_QOS=0"}); err != nil || cfg.MQTT.QoS != 0 {
+		t.Errorf("SIGWATCH_MQTT_QOS=0: got qos %d, error %v; want qos 0", cfg.MQTT.QoS, err)
+	}
+	for _, q := range []string{"3", "-1"} {
+		_, err := LoadConfig("", []string{"SIGWATCH_MQTT_QOS=" + q})
+		if err == nil || !strings.Contains(err.Error(), "mqtt.qos "+q+": use 1 (the default) or 2") {
+			t.Errorf("mqtt.qos %s: got error %v, want a refusal saying which to use", q, err)
+		}
+	}
+}

@@ -9,10 +9,10 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sigwatch/sigwatch/alarm"
+	"github.com/sigwatch/sigwatch/ingest"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -83,21 +83,9 @@ func (a *App) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"ready": true})
 }
 
-// validID refuses ids ingest would refuse, so the API cannot create devices
-// MQTT never could.
-func (a *App) validID(id string) error {
-	switch {
-	case id == "":
-		return errors.New("empty device id")
-	case len(id) > a.cfg.Ingest.MaxIDLen:
-		return fmt.Errorf("device id longer than %d bytes", a.cfg.Ingest.MaxIDLen)
-	case !utf8.ValidString(id):
-		return errors.New("device id is not valid UTF-8")
-	case strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }):
-		return errors.New("device id contains control characters")
-	}
-	return nil
-}
+// validID refuses ids ingest would refuse, with the one check MQTT and
+// HTTP share, so the API cannot create devices MQTT never could.
+func (a *App) validID(id string) error { return ingest.CheckID(id, a.cfg.Ingest.MaxIDLen) }
 
 // errStatus is the one mapping of domain errors to HTTP status codes: a
 // refusal the caller can act on is 4xx, anything else means a dependency

@@ -1,0 +1,134 @@
+package ingest
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/nats-io/nuid"
+
+	"github.com/sigwatch/sigwatch/dispatch"
+)
+
+// deadLetters is the stage that forwards input ingest refused to the
+// dead-letter subject (DESIGN.md invariant 7) and acks it. Its input is a
+// bounded queue that never makes the source wait: when it is full, a
+// refused message is acked unforwarded. The source is its only sender and
+// ends the input with close.
+type deadLetters struct {
+	pub    *dispatch.Publisher // nil: refusals are counted and logged only
+	log    *slog.Logger
+	m      *metrics
+	logLim *logLimit
+
+	// mu orders refuse against close: refuse holds it shared while it
+	// hands a refusal over, close takes it to set closed and close queue.
+	mu     sync.RWMutex
+	closed bool
+	queue  chan refusal
+}
+
+// refusal is a message ingest could not use, on its way to the dead-letter
+// subject.
+type refusal struct {
+	reason string
+	topic  string
+	msg    mqtt.Message
+	at     int64 // unix ms
+}
+
+// invalidBatch bounds refusals published together.
+const invalidBatch = 64
+
+func newDeadLetters(pub *dispatch.Publisher, m *metrics, log *slog.Logger) *deadLetters {
+	return &deadLetters{
+		pub:    pub,
+		log:    log,
+		m:      m,
+		logLim: newLogLimit(time.Second),
+		queue:  make(chan refusal, invalidQueue),
+	}
+}
+
+// refuse counts, logs (at a limited rate) and queues a message for the
+// dead-letter subject; run acks it once published. It never waits: when
+// the queue is full the message is acked unforwarded.
+func (d *deadLetters) refuse(err error, topic string, m mqtt.Message, now time.Time) {
+	reason := reasonOf(err)
+	d.m.invalid[reason].Inc()
+	if ok, suppressed := d.logLim.allow(now); ok {
+		d.log.Warn("refused invalid message", "reason", reason, "topic", topic, "err", err, "suppressed", suppressed)
+	}
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed {
+		return // unacked: delivered again to the next session
+	}
+	select {
+	case d.queue <- refusal{reason: reason, topic: topic, msg: m, at: now.UnixMilli()}:
+	default:
+		d.m.unforwarded.Inc()
+		m.Ack()
+	}
+}
+
+// close ends the input; refusals after it are left unacked.
+func (d *deadLetters) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	close(d.queue)
+}
+
+// run publishes refusals to the dead-letter subject, in batches, and acks
+// them, until the queue is closed and drained. ctx bounds the publishes.
+func (d *deadLetters) run(ctx context.Context) {
+	batch := make([]refusal, 0, invalidBatch)
+	for r := range d.queue {
+		batch = append(batch[:0], r)
+	more:
+		for len(batch) < invalidBatch {
+			select {
+			case r, ok := <-d.queue:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		d.forward(ctx, batch)
+	}
+}
+
+func (d *deadLetters) forward(ctx context.Context, batch []refusal) {
+	if d.pub != nil {
+		msgs := make([]dispatch.Message, 0, len(batch))
+		for _, r := range batch {
+			ev := dispatch.NewInvalid(nuid.Next(), r.reason, r.topic, r.msg.Payload(), r.at)
+			msg, err := dispatch.Encode(d.pub.Subjects.Invalid(), ev.ID, ev)
+			if err != nil {
+				d.log.Error("encode invalid event", "err", err)
+				continue
+			}
+			msgs = append(msgs, msg)
+		}
+		failed := 0
+		var last error
+		for _, err := range publishEvents(ctx, d.pub, msgs) {
+			if err != nil {
+				failed, last = failed+1, err
+			}
+		}
+		if failed > 0 {
+			d.m.unforwarded.Add(float64(failed))
+			d.log.Error("invalid messages not forwarded to the dead-letter subject", "count", failed, "err", last)
+		}
+	}
+	for _, r := range batch {
+		r.msg.Ack()
+	}
+}

@@ -1,0 +1,41 @@
+// Package ingest turns device messages into deadlines. It subscribes to the
+// MQTT broker with a persistent session, parses each topic (and, in payload
+// mode, the payload's timestamp), groups the resulting deadlines per shard
+// and pushes them forward in Redis (ZADD GT), acknowledging each message to
+// the broker only once its deadline is stored. A device that was absent from
+// its shard is new or back after being lost: only then does ingest do extra
+// work (the registry, and a recovered event).
+//
+// Ingest also keeps the watermark (DESIGN.md invariant 6): it publishes a
+// probe to itself through the broker, and once the probe is back and every
+// signal received before it is stored, the time the probe was sent is a time
+// up to which ingest is known to have been consuming.
+//
+// Input that cannot be used is counted, logged at a limited rate, forwarded
+// to the dead-letter subject and acknowledged; it never holds up other
+// devices.
+//
+// # Stages
+//
+// Ingest is four stages, each its own type with its own input, wired by
+// New and run by Run, which stops senders before receivers:
+//
+//	source ──signals, barriers──▶ pipeline ──barriers, flushes──▶ watermark
+//	   └──────refusals──────▶ dead letters
+//
+// Where each lives:
+//
+//   - ingest.go: Ingest, New, Run (the wiring and the order of stopping), Signal.
+//   - options.go: Options, their defaults and rules (QoS 0, 1 or 2).
+//   - source.go: the source — the paho client, onMessage, probe publishing.
+//   - pipeline.go: the pipeline's intake (in-flight bound, enqueue) and the
+//     collector that cuts batches per shard.
+//   - flush.go: the pipeline's flush — upsert, ack, welcome first-seen and
+//     recovered devices.
+//   - watermark.go: the watermark — barrier tracker, member reports.
+//   - deadletter.go: the dead letters — refusal queue and forwarding.
+//   - publish.go: publishing events with retries (recovered, invalid).
+//   - parse.go: topic, id (CheckID) and timestamp rules, InvalidError.
+//   - limit.go: rate-limited logging.
+//   - metrics.go: the metrics.
+package ingest

@@ -1,0 +1,195 @@
+package ingest
+
+import (
+	"context"
+	"time"
+
+	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/internal/backoff"
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// storeBackoff spaces the attempts of a failed Redis call: 10ms doubling to
+// 1s, jittered so that flushers do not retry in step.
+var storeBackoff = backoff.Policy{Base: 10 * time.Millisecond, Max: time.Second}
+
+// flush stores one batch and acks its signals. Each id's latest deadline
+// is written once per batch. A failed write is retried (it is idempotent)
+// until it succeeds or ctx ends; nothing is acked before it is stored. idx
+// and es are scratch space, es is returned for reuse.
+func (p *pipeline) flush(ctx context.Context, b *batch, idx map[string]int, es []shard.Entry) []shard.Entry {
+	clear(idx)
+	for _, s := range b.items {
+		if j, ok := idx[s.id]; ok {
+			es[j].Deadline = max(es[j].Deadline, s.deadline)
+			continue
+		}
+		idx[s.id] = len(es)
+		es = append(es, shard.Entry{ID: s.id, Deadline: s.deadline})
+	}
+	p.m.batchSize.Observe(float64(len(b.items)))
+
+	added, ok := p.upsert(ctx, es)
+	if ok && len(added) > 0 {
+		ok = p.welcome(ctx, b, added)
+	}
+	if !ok {
+		p.abandon(b)
+		return es
+	}
+	for _, s := range b.items {
+		if s.msg != nil {
+			s.msg.Ack()
+		} else {
+			s.done <- nil
+		}
+		<-p.slots
+	}
+	p.m.signals.Add(float64(len(b.items)))
+	p.m.resets.Add(float64(max(0, len(b.items)-len(added))))
+	p.wm.completed(b.seq)
+	return es
+}
+
+// abandon gives up on a batch that could not be stored before ingest
+// stopped. Its messages stay unacked, so the broker delivers them again;
+// its flush never completes, so no later probe advances the watermark.
+func (p *pipeline) abandon(b *batch) {
+	p.abandoned.Store(true)
+	for _, s := range b.items {
+		if s.done != nil {
+			s.done <- ErrStopped
+		}
+		<-p.slots
+	}
+	p.log.Warn("stopped before signals were stored; the broker delivers them again", "signals", len(b.items))
+}
+
+// upsert writes es, retrying with back-off. The writer places them by the
+// topology it knows, all shards in one round trip, and places again what a
+// shard refuses because a doubling moved on. It returns the ids that were
+// absent, gathered over every attempt (an attempt that failed for one shard
+// may have written others).
+func (p *pipeline) upsert(ctx context.Context, es []shard.Entry) ([]string, bool) {
+	var added []string
+	for attempt := 0; ; attempt++ {
+		start := time.Now()
+		actx, cancel := context.WithTimeout(ctx, storeTimeout)
+		a, err := p.writer.Upsert(actx, shard.Deadlines, es)
+		cancel()
+		p.m.storeLatency.Observe(time.Since(start).Seconds())
+		added = append(added, a...)
+		if err == nil {
+			return added, true
+		}
+		if !p.retry(ctx, attempt, "store deadlines", err) {
+			return nil, false
+		}
+	}
+}
+
+// retry counts and logs a failed store call and waits before the next
+// attempt. It returns false if ctx ended.
+func (p *pipeline) retry(ctx context.Context, attempt int, what string, err error) bool {
+	p.m.storeErrors.Inc()
+	if ok, suppressed := p.errLog.allow(p.opts.Now()); ok && ctx.Err() == nil {
+		p.log.Warn("retrying: "+what+" failed", "err", err, "attempt", attempt+1, "suppressed", suppressed)
+	}
+	return backoff.Wait(ctx, storeBackoff.Delay(attempt))
+}
+
+// welcome handles ids that were absent from their shard: it records them in
+// the registry, all in one round trip, and publishes the recoveries of the
+// devices that were lost, in one batch. It returns false only if ingest
+// stopped before the registry was written.
+func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
+	latest := make(map[string]signal, len(added))
+	for _, id := range added {
+		latest[id] = signal{}
+	}
+	for _, s := range b.items {
+		if l, ok := latest[s.id]; ok && s.at >= l.at {
+			latest[s.id] = s
+		}
+	}
+	todo := make([]shard.Sighting, 0, len(latest))
+	for id, s := range latest {
+		if s.id != "" { // always in this batch
+			todo = append(todo, shard.Sighting{ID: id, Type: s.typ})
+		}
+	}
+	var back []dispatch.Recovered
+	for attempt := 0; len(todo) > 0; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, storeTimeout)
+		p.store.SeenMulti(actx, todo, p.opts.Now().UnixMilli())
+		cancel()
+		var err error
+		failed := todo[:0:0]
+		for _, d := range todo {
+			if d.Err != nil {
+				err = d.Err
+				failed = append(failed, d)
+				continue
+			}
+			if !d.Existed {
+				p.m.newDevices.Inc()
+			}
+			if d.Prev.LostDeadline != 0 {
+				s := latest[d.ID]
+				typ := s.typ
+				if typ == "" {
+					typ = d.Prev.Type
+				}
+				back = append(back, dispatch.Recovered{
+					ID:          dispatch.RecoveredID(d.ID, d.Prev.LostDeadline),
+					Device:      d.ID,
+					Type:        typ,
+					LostAt:      d.Prev.LostDeadline,
+					RecoveredAt: s.at,
+				})
+			}
+		}
+		if todo = failed; len(todo) > 0 && !p.retry(ctx, attempt, "record device", err) {
+			// The registry entries already written stand; their recoveries
+			// still go out.
+			p.recovered(ctx, back)
+			return false
+		}
+	}
+	p.recovered(ctx, back)
+	return true
+}
+
+// recovered publishes recoveries, in one batch. The registry already has
+// the devices back, so a failure here is logged, not retried forever: NATS
+// being down must not stop ingest.
+func (p *pipeline) recovered(ctx context.Context, evs []dispatch.Recovered) {
+	if len(evs) == 0 {
+		return
+	}
+	if p.pub == nil {
+		for _, ev := range evs {
+			p.m.recovered.Inc()
+			p.log.Info("device recovered", "device", ev.Device, "type", ev.Type, "lost_at", ev.LostAt)
+		}
+		return
+	}
+	msgs := make([]dispatch.Message, 0, len(evs))
+	sent := make([]dispatch.Recovered, 0, len(evs))
+	for _, ev := range evs {
+		msg, err := dispatch.Encode(p.pub.Subjects.Recovered(ev.Type), ev.ID, ev)
+		if err != nil {
+			p.log.Error("recovered event not published", "device", ev.Device, "id", ev.ID, "err", err)
+			continue
+		}
+		msgs = append(msgs, msg)
+		sent = append(sent, ev)
+	}
+	for j, err := range publishEvents(ctx, p.pub, msgs) {
+		if err != nil {
+			p.log.Error("recovered event not published", "device", sent[j].Device, "id", sent[j].ID, "err", err)
+			continue
+		}
+		p.m.recovered.Inc()
+	}
+}

@@ -1,0 +1,164 @@
+package ingest
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// Options configure ingest. Zero values select the defaults given.
+type Options struct {
+	Brokers []string // e.g. tcp://127.0.0.1:1883, ssl://...; none: Run serves only Signal
+	// ClientID is stable: it names the persistent session (CleanSession=false)
+	// that keeps messages while ingest is away, and this member's watermark.
+	// With a SharedGroup the session is clean instead: Mosquitto keeps
+	// routing shared messages to a disconnected persistent member
+	// (eclipse/mosquitto#1747), which would hide live devices' signals.
+	ClientID string
+
+	Username, Password string
+	TLS                *tls.Config
+
+	Topics []string // MQTT filters, default ["devices/+/signal"]
+	// IDLevel is the 0-based topic level carrying the device id, and
+	// TypeLevel the level carrying the device type (-1: none). The zero
+	// pair (both 0, which could never be valid) selects the defaults 1 and
+	// -1.
+	IDLevel     int
+	TypeLevel   int
+	SharedGroup string // if set, subscribe "$share/<group>/<filter>"
+	// QoS is the subscription's QoS: 0, 1 or 2; nil selects 1. At 1 and 2
+	// a message is acked only once its deadline is stored, so the broker
+	// delivers again what ingest did not store. At 0 the broker neither
+	// waits for that nor delivers again: a signal in flight when ingest
+	// stops, or lost on the way, is gone. It is a pointer because 0 is a
+	// QoS, not "unset".
+	QoS *byte
+
+	Thresholds *shard.Thresholds // required
+
+	TimestampMode string        // "receive" (default) or "payload": JSON field "ts", unix ms or RFC 3339
+	MaxSkew       time.Duration // payload ts clamped into [now-MaxSkew, now]; default 1m
+	MaxIDLen      int           // default 256 bytes
+
+	BatchSize     int           // flush once a shard's batch holds this many signals, default 256
+	FlushInterval time.Duration // or once the oldest pending signal waited this long, default 1ms
+	MaxInFlight   int           // signals received but not yet stored and acked, default 8192
+
+	ProbeInterval time.Duration // watermark probe period, default DefaultProbeInterval
+	ProbeTopic    string        // default "sigwatch/probe/<ClientID>"
+	OutageAfter   time.Duration // a watermark gap larger than this is an outage, default 3s
+	// MemberTimeout is how long a member that stopped probing (it died)
+	// holds its shared group's watermark back, default 10s.
+	MemberTimeout time.Duration
+
+	Now func() time.Time // clock, default time.Now
+}
+
+const (
+	// TimestampReceive stamps a signal with the time ingest received it.
+	TimestampReceive = "receive"
+	// TimestampPayload takes the signal time from the payload's "ts".
+	TimestampPayload = "payload"
+)
+
+// DefaultQoS is the subscription's QoS when Options.QoS is nil.
+const DefaultQoS byte = 1
+
+// DefaultProbeInterval is the default watermark probe period. A deadline
+// fires only once the watermark has passed it, so the probe period is most
+// of the scanner's fire lag; a probe costs one MQTT message and one Redis
+// script per ingest member, however many devices and shards there are.
+const DefaultProbeInterval = 10 * time.Millisecond
+
+const (
+	// flushers bounds the flushes to Redis running at once.
+	flushers = 4
+	// drainTimeout bounds how long Run, when stopping, waits for what is
+	// in flight to be stored; what is not stored by then is not acked, so
+	// the broker delivers it again to the next session.
+	drainTimeout = 5 * time.Second
+	// invalidQueue bounds refused messages waiting for the dead-letter
+	// publish. When it is full they are acked without being forwarded, so
+	// a flood of bad input or a NATS outage never holds up good devices.
+	invalidQueue = 1024
+	// reconnectMax caps paho's reconnect back-off.
+	reconnectMax = 2 * time.Second
+	// storeTimeout bounds one attempt of a Redis call. Without a deadline
+	// the client keeps retrying a dead connection inside the call, and
+	// nothing would be counted or logged.
+	storeTimeout = 3 * time.Second
+)
+
+// defaults fills in the zero values from the package's default config
+// (the only copy of each default) and checks what is left by its rules.
+func (o *Options) defaults() error {
+	m, ts, c := DefaultMQTTConfig(), DefaultTimestampConfig(), DefaultConfig()
+	if len(o.Topics) == 0 {
+		o.Topics = m.Topics
+	}
+	if o.IDLevel == 0 && o.TypeLevel == 0 {
+		o.IDLevel, o.TypeLevel = m.IDLevel, m.TypeLevel
+	}
+	if o.TypeLevel < 0 {
+		o.TypeLevel = -1
+	}
+	// A copy, so that the caller's byte is not shared with Run.
+	q := DefaultQoS
+	if o.QoS != nil {
+		q = *o.QoS
+	}
+	o.QoS = &q
+	if o.TimestampMode == "" {
+		o.TimestampMode = ts.Mode
+	}
+	if o.MaxSkew <= 0 {
+		o.MaxSkew = ts.MaxSkew
+	}
+	if o.MaxIDLen <= 0 {
+		o.MaxIDLen = c.MaxIDLen
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = c.Batch
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = c.FlushInterval
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = c.MaxInFlight
+	}
+	if o.ProbeInterval <= 0 {
+		o.ProbeInterval = c.ProbeInterval
+	}
+	if o.OutageAfter <= 0 {
+		o.OutageAfter = c.OutageAfter
+	}
+	if o.MemberTimeout <= 0 {
+		o.MemberTimeout = c.MemberTimeout
+	}
+	if o.ProbeTopic == "" {
+		o.ProbeTopic = "sigwatch/probe/" + o.ClientID
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+
+	switch {
+	case o.Thresholds == nil:
+		return errors.New("ingest: options: Thresholds is required")
+	case len(o.Brokers) > 0 && o.ClientID == "":
+		return errors.New("ingest: options: set a stable ClientID: it names the persistent session that keeps messages while ingest is away")
+	case strings.ContainsAny(o.ProbeTopic, "+#"):
+		return fmt.Errorf("ingest: options: probe topic %q must not contain wildcards", o.ProbeTopic)
+	}
+	mc := MQTTConfig{IDLevel: o.IDLevel, TypeLevel: o.TypeLevel, QoS: int(*o.QoS), SharedGroup: o.SharedGroup}
+	tc := TimestampConfig{Mode: o.TimestampMode, MaxSkew: o.MaxSkew}
+	if err := errors.Join(mc.Validate(), tc.Validate()); err != nil {
+		return fmt.Errorf("ingest: options: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,201 @@
+package ingest
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// watermark is the stage that keeps this member's watermark (DESIGN.md
+// invariant 6). The pipeline tells it when a probe barrier is cut and when
+// a flush completes; once every flush cut before a barrier has completed,
+// the probe's send time is a time up to which this member has consumed,
+// and the stage stores it as the member's report. The store moves the
+// global watermark to what the members together have consumed.
+//
+// Its input ends when the pipeline, its only sender, calls close; run then
+// stores the last barrier that passed and returns.
+type watermark struct {
+	store  *shard.Store
+	member shard.Member
+	opts   *Options
+	log    *slog.Logger
+	m      *metrics
+	errLog *logLimit
+
+	track tracker
+	ready atomic.Int64  // highest probe time whose barrier passed
+	kick  chan struct{} // wakes run when ready moved
+	done  chan struct{} // closed by close: nothing passes any more
+
+	stored    atomic.Int64 // this member's watermark last stored, unix ms
+	startedAt atomic.Int64 // unix ms when Run started
+}
+
+func newWatermark(opts *Options, store *shard.Store, m *metrics, log *slog.Logger) *watermark {
+	return &watermark{
+		store:  store,
+		member: shard.Member{Group: opts.SharedGroup, ID: opts.ClientID},
+		opts:   opts,
+		log:    log,
+		m:      m,
+		errLog: newLogLimit(time.Second),
+		track:  tracker{ahead: make(map[uint64]struct{})},
+		kick:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
+	}
+}
+
+// barrier registers the barrier of the probe sent at probe, cut after
+// flush after.
+func (w *watermark) barrier(after uint64, probe int64) {
+	if ms, ok := w.track.barrier(after, probe); ok {
+		w.advance(ms)
+	}
+}
+
+// completed records that flush seq completed.
+func (w *watermark) completed(seq uint64) {
+	if ms, ok := w.track.complete(seq); ok {
+		w.advance(ms)
+	}
+}
+
+// advance records that the watermark may move to ms and wakes run.
+func (w *watermark) advance(ms int64) {
+	for {
+		cur := w.ready.Load()
+		if ms <= cur || w.ready.CompareAndSwap(cur, ms) {
+			break
+		}
+	}
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// close ends the stage's input. Only the pipeline calls it, once it has
+// stopped.
+func (w *watermark) close() { close(w.done) }
+
+// run stores this member's watermark whenever a barrier passes, retrying a
+// failed store every probe interval, until close; then it stores the last
+// one that passed. ctx bounds the Redis calls.
+func (w *watermark) run(ctx context.Context) {
+	var stored int64
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	store := func() {
+		ms := w.ready.Load()
+		if ms <= stored {
+			return
+		}
+		sctx, cancel := context.WithTimeout(ctx, storeTimeout)
+		_, err := w.store.AdvanceMember(sctx, w.member, ms, w.opts.Now(), w.opts.MemberTimeout, w.opts.OutageAfter)
+		cancel()
+		if err != nil {
+			w.m.storeErrors.Inc()
+			if ok, suppressed := w.errLog.allow(w.opts.Now()); ok {
+				w.log.Warn("advance watermark failed", "err", err, "suppressed", suppressed)
+			}
+			retry.Reset(w.opts.ProbeInterval)
+			return
+		}
+		stored = ms
+		w.stored.Store(ms)
+	}
+	for {
+		select {
+		case <-w.done:
+			store()
+			return
+		case <-w.kick:
+			store()
+		case <-retry.C:
+			store()
+		}
+	}
+}
+
+// leave takes this member out of its group's watermark, so that the group
+// need not wait for it: for a member stopping on purpose with everything
+// stored.
+func (w *watermark) leave(ctx context.Context) {
+	lctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	if err := w.store.LeaveMember(lctx, w.member); err != nil {
+		w.log.Warn("leaving the ingest members failed; the group waits for the member timeout", "err", err)
+	}
+}
+
+// age is how long ago, at now, the watermark this member last stored was
+// (since Run started, before the first), in seconds.
+func (w *watermark) age(now time.Time) float64 {
+	wm := max(w.stored.Load(), w.startedAt.Load())
+	if wm == 0 {
+		return 0
+	}
+	return float64(now.UnixMilli()-wm) / 1000
+}
+
+// tracker knows which flushes have completed, and which probe barriers are
+// therefore passed: a barrier cut after flush n is passed once every flush
+// numbered n or lower has completed. Flushes complete out of order.
+type tracker struct {
+	mu       sync.Mutex
+	done     uint64              // every flush numbered done or lower has completed
+	ahead    map[uint64]struct{} // completed flushes above done
+	barriers []barrier           // not yet passed, in order
+}
+
+type barrier struct {
+	after uint64
+	probe int64
+}
+
+// barrier registers the barrier of the probe sent at probe, cut after flush
+// after. ok reports that it is already passed.
+func (t *tracker) barrier(after uint64, probe int64) (int64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if after <= t.done && len(t.barriers) == 0 {
+		return probe, true
+	}
+	t.barriers = append(t.barriers, barrier{after, probe})
+	return t.passed()
+}
+
+// complete records that flush seq completed and returns the latest probe
+// time whose barrier is now passed, if any.
+func (t *tracker) complete(seq uint64) (int64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ahead[seq] = struct{}{}
+	for {
+		if _, ok := t.ahead[t.done+1]; !ok {
+			break
+		}
+		delete(t.ahead, t.done+1)
+		t.done++
+	}
+	return t.passed()
+}
+
+func (t *tracker) passed() (ms int64, ok bool) {
+	n := 0
+	for n < len(t.barriers) && t.barriers[n].after <= t.done {
+		ms = max(ms, t.barriers[n].probe)
+		n++
+	}
+	if n == 0 {
+		return 0, false
+	}
+	t.barriers = append(t.barriers[:0], t.barriers[n:]...)
+	return ms, true
+}
