@@ -1,7 +1,7 @@
 // Command sigwatch watches fleets of IoT devices for signal loss.
 //
 //	sigwatch run [--config sigwatch.yaml]   run the service (roles: ingest, scanner, alarm, api)
-//	sigwatch demo                           run everything on embedded servers with a simulated fleet
+//	sigwatch demo                           run everything on embedded servers with a simulated fleet (make demo)
 //	sigwatch simulate --broker URL          publish signals of a simulated fleet to any broker
 //	sigwatch shards status|double           show the topology and every shard; double the shards
 //	sigwatch device get|rm|threshold|ack ID look at or change one device through the API
@@ -27,7 +27,7 @@ const usage = `usage: sigwatch <command> [flags]
 
 commands:
   run        run the service: sigwatch run --config sigwatch.yaml
-  demo       run on embedded Redis, MQTT and NATS with a simulated fleet
+  demo       run on embedded Redis, MQTT and NATS with a simulated fleet (make demo)
   simulate   publish a simulated fleet's signals to an MQTT broker
   shards     status|double: topology, drain progress, sizes, owners; start a doubling
   device     get|rm|threshold|ack <id>: one device, through the HTTP API
