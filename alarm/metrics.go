@@ -7,9 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/rueidis"
-
-	"github.com/sigwatch/sigwatch/shard"
 )
 
 // metrics are the alarm's Prometheus metrics, prefixed sigwatch_alarm_.
@@ -81,58 +78,28 @@ func (m *metrics) set(c counts) {
 	m.flapping.Set(float64(c.flapping))
 }
 
-// countBatch is how many partitions one round trip of the count scans.
-const countBatch = 128
-
 // count reads every alarm state and counts the open alarms.
 func (a *Alarms) count(ctx context.Context) (counts, error) {
-	c := a.store.Client()
-	k := a.store.Keys()
 	var out counts
-	add := func(vals []string) {
-		for j := 1; j < len(vals); j += 2 {
-			var st struct {
-				Phase      Phase `json:"phase"`
-				AckedUntil int64 `json:"acked_until"`
-			}
-			if json.Unmarshal([]byte(vals[j]), &st) != nil {
-				continue
-			}
-			switch {
-			case st.Phase == Damped:
-				out.flapping++
-			case st.Phase == Active && st.AckedUntil > 0:
-				out.acked++
-			case st.Phase == Active:
-				out.raised++
-			}
+	err := a.store.ScanStates(ctx, func(_, v string) {
+		var st struct {
+			Phase      Phase `json:"phase"`
+			AckedUntil int64 `json:"acked_until"`
 		}
-	}
-	for lo := 0; lo < shard.Parts; lo += countBatch {
-		cursors := make(map[int]uint64)
-		for p := lo; p < min(lo+countBatch, shard.Parts); p++ {
-			cursors[p] = 0
+		if json.Unmarshal([]byte(v), &st) != nil {
+			return
 		}
-		for len(cursors) > 0 {
-			parts := make([]int, 0, len(cursors))
-			cmds := make(rueidis.Commands, 0, len(cursors))
-			for p, cur := range cursors {
-				parts = append(parts, p)
-				cmds = append(cmds, c.B().Hscan().Key(k.PartKeyAt(p, stateName)).Cursor(cur).Count(1000).Build())
-			}
-			for j, r := range c.DoMulti(ctx, cmds...) {
-				e, err := r.AsScanEntry()
-				if err != nil {
-					return counts{}, fmt.Errorf("alarm: count alarms: %w", err)
-				}
-				add(e.Elements)
-				if e.Cursor == 0 {
-					delete(cursors, parts[j])
-				} else {
-					cursors[parts[j]] = e.Cursor
-				}
-			}
+		switch {
+		case st.Phase == Damped:
+			out.flapping++
+		case st.Phase == Active && st.AckedUntil > 0:
+			out.acked++
+		case st.Phase == Active:
+			out.raised++
 		}
+	})
+	if err != nil {
+		return counts{}, fmt.Errorf("alarm: count alarms: %w", err)
 	}
 	return out, nil
 }

@@ -60,9 +60,7 @@ func (a *Alarms) AddMute(ctx context.Context, m Mute) (Mute, error) {
 	if err != nil {
 		return Mute{}, fmt.Errorf("alarm: encode mute: %w", err)
 	}
-	c := a.store.Client()
-	err = c.Do(ctx, c.B().Hset().Key(a.store.Keys().Mutes()).FieldValue().FieldValue(m.ID, string(v)).Build()).Error()
-	if err != nil {
+	if err := a.store.SetMute(ctx, m.ID, string(v)); err != nil {
 		return Mute{}, fmt.Errorf("alarm: store mute: %w", err)
 	}
 	return m, nil
@@ -86,9 +84,8 @@ func (a *Alarms) Mutes(ctx context.Context) ([]Mute, error) {
 		out = append(out, m)
 	}
 	if len(ended) > 0 {
-		c := a.store.Client()
 		// Best effort: an ended mute left behind covers nothing.
-		_ = c.Do(ctx, c.B().Hdel().Key(a.store.Keys().Mutes()).Field(ended...).Build()).Error()
+		_, _ = a.store.DeleteMutes(ctx, ended...)
 	}
 	slices.SortFunc(out, func(x, y Mute) int {
 		return cmp.Or(cmp.Compare(x.Until, y.Until), strings.Compare(x.ID, y.ID))
@@ -98,8 +95,7 @@ func (a *Alarms) Mutes(ctx context.Context) ([]Mute, error) {
 
 // RemoveMute deletes a mute and reports whether it existed.
 func (a *Alarms) RemoveMute(ctx context.Context, id string) (bool, error) {
-	c := a.store.Client()
-	n, err := c.Do(ctx, c.B().Hdel().Key(a.store.Keys().Mutes()).Field(id).Build()).AsInt64()
+	n, err := a.store.DeleteMutes(ctx, id)
 	if err != nil {
 		return false, fmt.Errorf("alarm: remove mute: %w", err)
 	}
@@ -107,8 +103,7 @@ func (a *Alarms) RemoveMute(ctx context.Context, id string) (bool, error) {
 }
 
 func (a *Alarms) readMutes(ctx context.Context) ([]Mute, error) {
-	c := a.store.Client()
-	raw, err := c.Do(ctx, c.B().Hgetall().Key(a.store.Keys().Mutes()).Build()).AsStrMap()
+	raw, err := a.store.Mutes(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("alarm: read mutes: %w", err)
 	}

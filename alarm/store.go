@@ -7,30 +7,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/sigwatch/sigwatch/shard"
 )
 
-// casScript replaces a device's alarm state only if it is still the value
-// the caller read: the compare-and-set every transition is.
-//
-// KEYS[1]: alarm state HASH of the device's registry partition
-// ARGV[1]: device id
-// ARGV[2]: the value read ("" when there was none)
-// ARGV[3]: the new value
-// Returns: 1 if replaced, 0 if the state changed meanwhile.
-var casScript = rueidis.NewLuaScript(`
-local cur = redis.call('HGET', KEYS[1], ARGV[1]) or ''
-if cur ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-return 1`)
-
-// stateName is the name of the alarm state HASH in each registry partition.
-const stateName = "alarm"
-
 // stored is a State and the exact value it was read from, which the
-// compare-and-set compares against.
+// compare-and-set compares against. A State is stored as JSON in shard's
+// per-device state, beside the registry.
 type stored struct {
 	State
 	raw string
@@ -38,13 +20,12 @@ type stored struct {
 
 // load reads id's alarm state; a device never alarmed has the zero State.
 func (a *Alarms) load(ctx context.Context, id string) (stored, error) {
-	c := a.store.Client()
-	v, err := c.Do(ctx, c.B().Hget().Key(a.store.Keys().PartKey(id, stateName)).Field(id).Build()).ToString()
-	if rueidis.IsRedisNil(err) {
-		return stored{}, nil
-	}
+	v, err := a.store.State(ctx, id)
 	if err != nil {
 		return stored{}, fmt.Errorf("alarm: read state of %s: %w", id, err)
+	}
+	if v == "" {
+		return stored{}, nil
 	}
 	var st State
 	if err := json.Unmarshal([]byte(v), &st); err != nil {
@@ -60,12 +41,11 @@ func (a *Alarms) cas(ctx context.Context, id string, old stored, next State) (st
 	if err != nil {
 		return stored{}, false, fmt.Errorf("alarm: encode state of %s: %w", id, err)
 	}
-	n, err := casScript.Exec(ctx, a.store.Client(), []string{a.store.Keys().PartKey(id, stateName)},
-		[]string{id, old.raw, string(b)}).AsInt64()
+	ok, err := a.store.CompareAndSwapState(ctx, id, old.raw, string(b))
 	if err != nil {
 		return stored{}, false, fmt.Errorf("alarm: write state of %s: %w", id, err)
 	}
-	return stored{State: next, raw: string(b)}, n == 1, nil
+	return stored{State: next, raw: string(b)}, ok, nil
 }
 
 // current returns id's current deadline: the later of its scores in its

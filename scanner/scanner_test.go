@@ -454,8 +454,11 @@ func TestStolenLeaseChangesNothing(t *testing.T) {
 		}
 		// The lease expires while the batch is in flight and another
 		// replica takes the shard.
-		c := h.store.Client()
-		if err := c.Do(h.ctx, c.B().Del().Key(h.store.Keys().Owner(0)).Build()).Error(); err != nil {
+		v, err := h.store.Owner(h.ctx, 0)
+		if err == nil {
+			err = h.store.Release(h.ctx, shard.Lease{Shard: 0, Value: v})
+		}
+		if err != nil {
 			t.Error(err)
 		}
 		l, ok, err := h.store.Acquire(h.ctx, 0, "thief", time.Minute)

@@ -28,8 +28,24 @@ import (
 //  3. When every old shard has reported zero moved members after its floor
 //     was raised, FinishDoubling clears prev and moves the epoch on.
 
-// ErrDraining is returned by Double while the previous doubling drains.
-var ErrDraining = errors.New("shard: a doubling is still draining")
+// doubleScript publishes a doubling: shards = 2N, prev = N, epoch + 1. The
+// caller has already raised the layout of every old shard to 2N.
+//
+// KEYS[1]: topology HASH
+// ARGV[1]: the epoch the caller read; ARGV[2]: now, unix ms;
+// ARGV[3]: the largest shard count allowed
+// Returns: the new epoch, or the error CHANGED (the topology moved since
+// the caller read it), DRAINING (prev is not 0) or TOOMANY.
+var doubleScript = newScript(`
+local t = redis.call('HMGET', KEYS[1], 'shards', 'prev', 'epoch')
+local n, prev, epoch = tonumber(t[1]), tonumber(t[2] or '0'), tonumber(t[3])
+if n == nil or epoch ~= tonumber(ARGV[1]) then
+  return redis.error_reply('CHANGED topology changed meanwhile')
+end
+if prev ~= 0 then return redis.error_reply('DRAINING') end
+if 2 * n > tonumber(ARGV[3]) then return redis.error_reply('TOOMANY') end
+redis.call('HSET', KEYS[1], 'shards', 2 * n, 'prev', n, 'epoch', epoch + 1, 'since', ARGV[2])
+return epoch + 1`)
 
 // Double starts a doubling from N to 2N shards and returns the new
 // topology. It refuses while a previous doubling drains and above
@@ -43,33 +59,29 @@ func (s *Store) Double(ctx context.Context, now time.Time) (Topology, error) {
 		return Topology{}, s.drainingErr(ctx, t)
 	}
 	if t.Shards*2 > MaxShards {
-		return Topology{}, fmt.Errorf("shard: double: %d shards is the most sigwatch supports; the topology stays at %d", MaxShards, t.Shards)
+		return Topology{}, fmt.Errorf("%w: %d shards is the most sigwatch supports; the topology stays at %d", ErrTooManyShards, MaxShards, t.Shards)
 	}
 	// The layouts go up first: a writer can place a device under 2N only
 	// after reading the topology published below, so every claim after
 	// such a write sees the layout.
-	to := strconv.Itoa(2 * t.Shards)
-	execs := make([]rueidis.LuaExec, t.Shards)
-	for i := range t.Shards {
-		execs[i] = rueidis.LuaExec{Keys: []string{s.k.Layout(i)}, Args: []string{"shards", to}}
+	old := make([]int, t.Shards)
+	for i := range old {
+		old[i] = i
 	}
-	for _, r := range raiseScript.ExecMulti(ctx, s.c, execs...) {
-		if err := r.Error(); err != nil {
-			return Topology{}, fmt.Errorf("shard: double: raise shard layouts: %w", err)
-		}
+	if err := s.raiseLayouts(ctx, old, "shards", int64(2*t.Shards)); err != nil {
+		return Topology{}, fmt.Errorf("shard: double: raise shard layouts: %w", err)
 	}
-	err = doubleScript.Exec(ctx, s.c, []string{s.k.Topology()}, []string{strconv.FormatInt(t.Epoch, 10),
+	err = doubleScript.exec(ctx, s.c, []string{s.k.Topology()}, []string{strconv.FormatInt(t.Epoch, 10),
 		strconv.FormatInt(now.UnixMilli(), 10), strconv.Itoa(MaxShards)}).Error()
-	if err != nil {
-		switch msg := err.Error(); {
-		case strings.HasPrefix(msg, "DRAINING"):
-			if cur, rerr := s.Topology(ctx); rerr == nil {
-				return Topology{}, s.drainingErr(ctx, cur)
-			}
-			return Topology{}, ErrDraining
-		case strings.HasPrefix(msg, "CHANGED"):
-			return Topology{}, errors.New("shard: double: the topology changed while doubling (another doubling started?); see `sigwatch shards status`")
+	switch {
+	case errors.Is(err, ErrDraining):
+		if cur, rerr := s.Topology(ctx); rerr == nil {
+			return Topology{}, s.drainingErr(ctx, cur)
 		}
+		return Topology{}, err
+	case errors.Is(err, ErrTopologyChanged):
+		return Topology{}, fmt.Errorf("%w while doubling (another doubling started?); see `sigwatch shards status`", err)
+	case err != nil:
 		return Topology{}, fmt.Errorf("shard: double: %w", err)
 	}
 	return s.Topology(ctx)
@@ -91,10 +103,33 @@ func (s *Store) drainingErr(ctx context.Context, t Topology) error {
 		ErrDraining, t.Prev, t.Shards, left)
 }
 
+// finishScript ends a doubling once every old shard reported itself drained
+// for the current epoch: checked with its floor raised, and no moved member
+// left in any family. The epoch moves on so that every role notices.
+//
+// KEYS[1]: topology HASH
+// KEYS[2]: drain HASH (shard -> "epoch:moved:floored:ms")
+// ARGV[1]: the epoch the caller read; ARGV[2]: now, unix ms
+// Returns: 1 if the doubling ended, 0 if an old shard is not drained yet or
+// the topology moved on.
+var finishScript = newScript(`
+local t = redis.call('HMGET', KEYS[1], 'prev', 'epoch')
+local prev, epoch = tonumber(t[1] or '0'), tonumber(t[2])
+if prev == 0 or epoch ~= tonumber(ARGV[1]) then return 0 end
+for i = 0, prev - 1 do
+  local r = redis.call('HGET', KEYS[2], tostring(i))
+  if not r then return 0 end
+  local e, moved, floored = string.match(r, '^(%d+):(%d+):(%d)')
+  if tonumber(e) ~= epoch or tonumber(moved) ~= 0 or floored ~= '1' then return 0 end
+end
+redis.call('HSET', KEYS[1], 'prev', 0, 'epoch', epoch + 1, 'since', ARGV[2])
+redis.call('DEL', KEYS[2])
+return 1`)
+
 // FinishDoubling ends the doubling in force at epoch if every old shard has
 // reported itself drained for it. It reports whether it ended it.
 func (s *Store) FinishDoubling(ctx context.Context, epoch int64, now time.Time) (bool, error) {
-	n, err := finishScript.Exec(ctx, s.c, []string{s.k.Topology(), s.k.Drain()},
+	n, err := finishScript.exec(ctx, s.c, []string{s.k.Topology(), s.k.Drain()},
 		[]string{strconv.FormatInt(epoch, 10), strconv.FormatInt(now.UnixMilli(), 10)}).AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("shard: finish doubling: %w", err)
@@ -105,26 +140,39 @@ func (s *Store) FinishDoubling(ctx context.Context, epoch int64, now time.Time) 
 // RaiseFloor refuses, from now on, writes to shard i placed under a
 // topology older than epoch.
 func (s *Store) RaiseFloor(ctx context.Context, i int, epoch int64) error {
-	err := raiseScript.Exec(ctx, s.c, []string{s.k.Layout(i)}, []string{"floor", strconv.FormatInt(epoch, 10)}).Error()
-	if err != nil {
+	if err := s.raiseLayouts(ctx, []int{i}, "floor", epoch); err != nil {
 		return fmt.Errorf("shard: raise floor of shard %d: %w", i, err)
 	}
 	return nil
 }
 
-// Layout returns shard i's layout: the largest shard count writers may
-// place it under and its floor epoch (0 when unset).
-func (s *Store) Layout(ctx context.Context, i int) (shards int, floor int64, err error) {
-	v, err := s.c.Do(ctx, s.c.B().Hmget().Key(s.k.Layout(i)).Field("shards", "floor").Build()).ToArray()
-	if err != nil {
-		return 0, 0, fmt.Errorf("shard: layout of shard %d: %w", i, err)
+// raiseScript raises a numeric HASH field, never lowering it.
+//
+// KEYS[1]: the HASH; ARGV[1]: field; ARGV[2]: value
+// Returns: the field's value after the call.
+var raiseScript = newScript(`
+local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local v = tonumber(ARGV[2])
+if v > cur then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  return v
+end
+return cur`)
+
+// raiseLayouts raises field of the layout of each of shards to v (never
+// lowering it), all in one round trip.
+func (s *Store) raiseLayouts(ctx context.Context, shards []int, field string, v int64) error {
+	arg := strconv.FormatInt(v, 10)
+	execs := make([]rueidis.LuaExec, len(shards))
+	for j, i := range shards {
+		execs[j] = rueidis.LuaExec{Keys: []string{s.k.Layout(i)}, Args: []string{field, arg}}
 	}
-	if len(v) == 2 {
-		n, _ := v[0].AsInt64()
-		floor, _ = v[1].AsInt64()
-		shards = int(n)
+	for _, r := range raiseScript.execMulti(ctx, s.c, execs...) {
+		if err := r.Error(); err != nil {
+			return err
+		}
 	}
-	return shards, floor, nil
+	return nil
 }
 
 // scanCount is the COUNT hint of the ZSCANs that look for moved members.
@@ -207,64 +255,4 @@ func (s *Store) DrainReports(ctx context.Context) (map[int]DrainReport, error) {
 		out[i] = r
 	}
 	return out, nil
-}
-
-// WriterTimeout is how long a writer's report counts: a writer silent for
-// longer is taken for gone, and the drain no longer waits for it. Should it
-// come back, the floors refuse what it placed under an old topology.
-const WriterTimeout = 10 * time.Second
-
-// WriterReport is the epoch a writer writes with, and when it said so.
-type WriterReport struct {
-	Epoch int64
-	At    int64 // unix ms
-}
-
-// ReportWriter records that writer name writes with epoch or later.
-func (s *Store) ReportWriter(ctx context.Context, name string, epoch int64, now time.Time) error {
-	v := strconv.FormatInt(epoch, 10) + ":" + strconv.FormatInt(now.UnixMilli(), 10)
-	if err := s.c.Do(ctx, s.c.B().Hset().Key(s.k.Writers()).FieldValue().FieldValue(name, v).Build()).Error(); err != nil {
-		return fmt.Errorf("shard: report writer %s: %w", name, err)
-	}
-	return nil
-}
-
-// LeaveWriter removes a writer that stopped writing.
-func (s *Store) LeaveWriter(ctx context.Context, name string) error {
-	if err := s.c.Do(ctx, s.c.B().Hdel().Key(s.k.Writers()).Field(name).Build()).Error(); err != nil {
-		return fmt.Errorf("shard: leave writer %s: %w", name, err)
-	}
-	return nil
-}
-
-// Writers returns every writer's last report.
-func (s *Store) Writers(ctx context.Context) (map[string]WriterReport, error) {
-	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(s.k.Writers()).Build()).AsStrMap()
-	if err != nil {
-		return nil, fmt.Errorf("shard: read writers: %w", err)
-	}
-	out := make(map[string]WriterReport, len(m))
-	for name, v := range m {
-		a, b, _ := strings.Cut(v, ":")
-		var r WriterReport
-		r.Epoch, _ = strconv.ParseInt(a, 10, 64)
-		r.At, _ = strconv.ParseInt(b, 10, 64)
-		out[name] = r
-	}
-	return out, nil
-}
-
-// WritersCurrent reports whether every writer heard from within
-// WriterTimeout of now writes with epoch or later, and names the ones that
-// do not.
-func WritersCurrent(reports map[string]WriterReport, epoch int64, now time.Time) (ok bool, lagging []string) {
-	for name, r := range reports {
-		if r.At < now.Add(-WriterTimeout).UnixMilli() {
-			continue
-		}
-		if r.Epoch < epoch {
-			lagging = append(lagging, name)
-		}
-	}
-	return len(lagging) == 0, lagging
 }

@@ -2,24 +2,6 @@ package shard
 
 import "strconv"
 
-// Family names one kind of timer. Every family has one ZSET per shard under
-// the shard's hash tag. Deadlines live under the configured prefix; the
-// alarm's repeat timers are a second queue of the same kind under
-// "<prefix>:alarm", with a topology and leases of its own.
-type Family string
-
-const (
-	// Deadlines holds one member per watched device, scored by the time it
-	// is declared lost unless it signals first.
-	Deadlines Family = "dl"
-	// Repeats holds the next repeat time of each active alarm.
-	Repeats Family = "rp"
-)
-
-// Families lists every timer family. A doubling drains only when none of
-// them holds a moved member in an old shard.
-var Families = []Family{Deadlines, Repeats}
-
 // registryParts is the fixed number of registry partitions. It is independent
 // of the shard count so that a doubling never moves registry entries.
 const registryParts = 1024
@@ -38,6 +20,12 @@ func NewKeys(prefix string) Keys {
 
 // Prefix returns the configured key prefix.
 func (k Keys) Prefix() string { return k.prefix }
+
+// Alarm returns the key layout of the alarm's repeat timers: a second
+// sharded delay queue under prefix ":alarm", with its own topology, leases
+// and scanners, so that the alarm role scans it independently of the
+// deadline scanners.
+func (k Keys) Alarm() Keys { return NewKeys(k.prefix + ":alarm") }
 
 func (k Keys) shardKey(i int, name string) string {
 	return k.prefix + ":{" + strconv.Itoa(i) + "}:" + name
@@ -90,12 +78,21 @@ func (k Keys) Overrides() string { return k.meta("overrides") }
 // OverridesVersion changes whenever Overrides does, so caches reload cheaply.
 func (k Keys) OverridesVersion() string { return k.meta("overrides:v") }
 
-// Part is the registry partition of id. Per-device state (registry, alarm)
-// lives in keys tagged by it, independent of the shard count.
+// Mutes is the HASH of alarm mutes (mute id -> value).
+func (k Keys) Mutes() string { return k.meta("mutes") }
+
+// Part is the registry partition of id. Per-device state (registry, lost
+// marks, alarm state) lives in keys tagged by it, independent of the shard
+// count.
 func Part(id string) int { return int(Hash(id) >> 54 & (registryParts - 1)) }
 
-func (k Keys) partKey(id, name string) string {
-	return k.prefix + ":{r" + strconv.Itoa(Part(id)) + "}:" + name
+// partKey is the key named name in id's registry partition.
+func (k Keys) partKey(id, name string) string { return k.partKeyAt(Part(id), name) }
+
+// partKeyAt is the key named name in registry partition p, for scans over
+// every partition.
+func (k Keys) partKeyAt(p int, name string) string {
+	return k.prefix + ":{r" + strconv.Itoa(p) + "}:" + name
 }
 
 // Registry is the HASH (id -> JSON) of devices in id's partition.
@@ -106,6 +103,9 @@ func (k Keys) Registry(id string) string { return k.partKey(id, "reg") }
 // that marking a burst of devices lost is a plain HSET each.
 func (k Keys) Lost(id string) string { return k.partKey(id, "lost") }
 
-// PartKey returns a key named name in id's registry partition, for packages
-// (alarm) that keep more per-device state beside the registry.
-func (k Keys) PartKey(id, name string) string { return k.partKey(id, name) }
+// stateName names the HASH of per-device state (id -> value) in each
+// registry partition; the alarm keeps its state machine there.
+const stateName = "alarm"
+
+// state is the HASH of the per-device state of id's partition.
+func (k Keys) state(id string) string { return k.partKey(id, stateName) }

@@ -1,13 +1,12 @@
-// Package shard owns where timers live in Redis: the hashing of an id to one
-// of 2^n shards, the key layout, the topology record, the leases that give
-// each shard one scanner at a time, and the Lua scripts that touch shard keys.
 package shard
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/redis/rueidis"
 )
 
 // MaxShards bounds the shard count so key names and lease sets stay small.
@@ -26,12 +25,6 @@ func ValidCount(n int) error {
 		return fmt.Errorf("shard count %d must be a power of two between 1 and %d", n, MaxShards)
 	}
 	return nil
-}
-
-// Entry is one timer: a member of a shard ZSET and its deadline in unix ms.
-type Entry struct {
-	ID       string
-	Deadline int64
 }
 
 // Assign returns the shards of n that replica should own when the live
@@ -55,3 +48,79 @@ func Assign(n int, live []string, replica string) []int {
 	}
 	return out
 }
+
+// Family names one kind of timer. Every family has one ZSET per shard under
+// the shard's hash tag. Deadlines live under the configured prefix; the
+// alarm's repeat timers are a second queue of the same kind under
+// "<prefix>:alarm" (Store.Alarm), with a topology and leases of its own.
+type Family string
+
+const (
+	// Deadlines holds one member per watched device, scored by the time it
+	// is declared lost unless it signals first.
+	Deadlines Family = "dl"
+	// Repeats holds the next repeat time of each active alarm.
+	Repeats Family = "rp"
+)
+
+// Families lists every timer family. A doubling drains only when none of
+// them holds a moved member in an old shard.
+var Families = []Family{Deadlines, Repeats}
+
+// Entry is one timer: a member of a shard ZSET and its deadline in unix ms.
+type Entry struct {
+	ID       string
+	Deadline int64
+}
+
+// parseEntries reads a flat (member, score, ...) reply, as scripts return
+// it, or RESP3's list of (member, score) pairs.
+func parseEntries(v []rueidis.RedisMessage) ([]Entry, error) {
+	if len(v) > 0 && v[0].IsArray() {
+		flat := make([]rueidis.RedisMessage, 0, 2*len(v))
+		for _, pair := range v {
+			p, err := pair.ToArray()
+			if err != nil || len(p) != 2 {
+				return nil, errors.New("malformed member/score pair")
+			}
+			flat = append(flat, p...)
+		}
+		v = flat
+	}
+	if len(v)%2 != 0 {
+		return nil, errors.New("odd member/score reply")
+	}
+	es := make([]Entry, 0, len(v)/2)
+	for j := 0; j < len(v); j += 2 {
+		id, err := v[j].ToString()
+		if err != nil {
+			return nil, err
+		}
+		sc, err := v[j+1].AsFloat64()
+		if err != nil {
+			return nil, err
+		}
+		es = append(es, Entry{ID: id, Deadline: int64(sc)})
+	}
+	return es, nil
+}
+
+// Store is sigwatch's view of Redis: one shared rueidis client and the key
+// layout. It is safe for concurrent use; calls from many goroutines are
+// auto-pipelined by rueidis. The client never leaves the package: every
+// Redis operation of sigwatch is a method of Store.
+type Store struct {
+	c rueidis.Client
+	k Keys
+}
+
+// NewStore wraps a rueidis client.
+func NewStore(c rueidis.Client, keys Keys) *Store { return &Store{c: c, k: keys} }
+
+// Keys returns the key layout.
+func (s *Store) Keys() Keys { return s.k }
+
+// Alarm returns the store of the alarm's repeat timers: the same client
+// under the key layout Keys.Alarm, a queue with its own topology and
+// leases.
+func (s *Store) Alarm() *Store { return &Store{c: s.c, k: s.k.Alarm()} }

@@ -149,7 +149,7 @@ func TestFencing(t *testing.T) {
 		t.Fatalf("second acquire: got ok %v err %v, want refused while held", ok, err)
 	}
 	// The lease expires (here: deleted) and b takes it.
-	if err := s.Client().Do(ctx, s.Client().B().Del().Key(s.Keys().Owner(1)).Build()).Error(); err != nil {
+	if err := s.ExpireLease(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
 	cur := acquire(t, s, 1, "b")

@@ -2,16 +2,13 @@ package shard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
-
-// ErrStaleTopology is returned by Writer.Upsert when a shard refused a write
-// placed under an old topology and no newer topology could be read.
-var ErrStaleTopology = errors.New("shard: write refused: placed under an old topology")
 
 // Writer places timers by the topology it knows and writes them, for one
 // ingest member. It tells the drain of a doubling which epoch it writes
@@ -153,4 +150,64 @@ func (w *Writer) Run(ctx context.Context, now func() time.Time, log *slog.Logger
 		case <-tick.C:
 		}
 	}
+}
+
+// WriterTimeout is how long a writer's report counts: a writer silent for
+// longer is taken for gone, and the drain no longer waits for it. Should it
+// come back, the floors refuse what it placed under an old topology.
+const WriterTimeout = 10 * time.Second
+
+// WriterReport is the epoch a writer writes with, and when it said so.
+type WriterReport struct {
+	Epoch int64
+	At    int64 // unix ms
+}
+
+// ReportWriter records that writer name writes with epoch or later.
+func (s *Store) ReportWriter(ctx context.Context, name string, epoch int64, now time.Time) error {
+	v := strconv.FormatInt(epoch, 10) + ":" + strconv.FormatInt(now.UnixMilli(), 10)
+	if err := s.c.Do(ctx, s.c.B().Hset().Key(s.k.Writers()).FieldValue().FieldValue(name, v).Build()).Error(); err != nil {
+		return fmt.Errorf("shard: report writer %s: %w", name, err)
+	}
+	return nil
+}
+
+// LeaveWriter removes a writer that stopped writing.
+func (s *Store) LeaveWriter(ctx context.Context, name string) error {
+	if err := s.c.Do(ctx, s.c.B().Hdel().Key(s.k.Writers()).Field(name).Build()).Error(); err != nil {
+		return fmt.Errorf("shard: leave writer %s: %w", name, err)
+	}
+	return nil
+}
+
+// Writers returns every writer's last report.
+func (s *Store) Writers(ctx context.Context) (map[string]WriterReport, error) {
+	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(s.k.Writers()).Build()).AsStrMap()
+	if err != nil {
+		return nil, fmt.Errorf("shard: read writers: %w", err)
+	}
+	out := make(map[string]WriterReport, len(m))
+	for name, v := range m {
+		a, b, _ := strings.Cut(v, ":")
+		var r WriterReport
+		r.Epoch, _ = strconv.ParseInt(a, 10, 64)
+		r.At, _ = strconv.ParseInt(b, 10, 64)
+		out[name] = r
+	}
+	return out, nil
+}
+
+// WritersCurrent reports whether every writer heard from within
+// WriterTimeout of now writes with epoch or later, and names the ones that
+// do not.
+func WritersCurrent(reports map[string]WriterReport, epoch int64, now time.Time) (ok bool, lagging []string) {
+	for name, r := range reports {
+		if r.At < now.Add(-WriterTimeout).UnixMilli() {
+			continue
+		}
+		if r.Epoch < epoch {
+			lagging = append(lagging, name)
+		}
+	}
+	return len(lagging) == 0, lagging
 }

@@ -142,7 +142,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if cfg.hasRole("alarm") || cfg.hasRole("api") && a.pub.Mode() == dispatch.JetStream {
 		// The repeat timers are a second sharded queue; it starts with the
 		// deadlines' shard count and is doubled with them.
-		a.timers = shard.NewStore(a.store.Client(), a.store.Keys().Alarm())
+		a.timers = a.store.Alarm()
 		if a.rtopo, err = shard.NewWatcher(ctx, a.timers, a.topo.Current().Shards, 500*time.Millisecond, log); err != nil {
 			return nil, err
 		}

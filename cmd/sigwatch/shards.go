@@ -98,7 +98,7 @@ func cmdShardsDouble(ctx context.Context, args []string, stdout io.Writer) error
 // it does, the next doubling of the deadlines leaves the timers behind,
 // which costs nothing but balance: each queue has its own topology.
 func doubleTimers(ctx context.Context, store *shard.Store, t shard.Topology) string {
-	timers := shard.NewStore(store.Client(), store.Keys().Alarm())
+	timers := store.Alarm()
 	rt, err := timers.Topology(ctx)
 	switch {
 	case err != nil:

@@ -52,34 +52,28 @@ func shardsStatus(ctx context.Context, store *shard.Store, now time.Time) (shard
 	if v.Drain, err = drainStatus(ctx, store, now); err != nil {
 		return v, err
 	}
-	timers := shard.NewStore(store.Client(), store.Keys().Alarm())
+	timers := store.Alarm()
 	if rt, err := timers.Topology(ctx); err == nil {
 		v.Timers = &timersView{Topology: rt}
-		for i := range rt.Shards {
-			n, err := timers.Size(ctx, shard.Repeats, i)
-			if err != nil {
-				return v, err
-			}
-			v.Timers.Size += n
-		}
-	}
-	for i := 0; i < t.Shards; i++ {
-		sv := shardView{Shard: i}
-		if sv.Size, err = store.Size(ctx, shard.Deadlines, i); err != nil {
-			return v, err
-		}
-		head, ok, err := store.Head(ctx, shard.Deadlines, i)
+		sts, err := timers.Status(ctx, shard.Repeats, rt.Shards)
 		if err != nil {
 			return v, err
 		}
-		if ok {
-			sv.HeadDeadline = head.Deadline
-			if lag := now.UnixMilli() - head.Deadline; lag > 0 {
+		for _, st := range sts {
+			v.Timers.Size += st.Size
+		}
+	}
+	sts, err := store.Status(ctx, shard.Deadlines, t.Shards)
+	if err != nil {
+		return v, err
+	}
+	for _, st := range sts {
+		sv := shardView{Shard: st.Shard, Size: st.Size, Owner: st.Owner}
+		if st.HasHead {
+			sv.HeadDeadline = st.Head.Deadline
+			if lag := now.UnixMilli() - st.Head.Deadline; lag > 0 {
 				sv.HeadLagMS = lag
 			}
-		}
-		if sv.Owner, err = store.Owner(ctx, i); err != nil {
-			return v, err
 		}
 		v.Devices += sv.Size
 		v.List = append(v.List, sv)

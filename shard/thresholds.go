@@ -2,66 +2,57 @@ package shard
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
-// Watcher keeps the topology in force current by polling Redis, so every
-// role notices a doubling within one interval.
-type Watcher struct {
-	store    *Store
-	interval time.Duration
-	log      *slog.Logger
-	cur      atomic.Pointer[Topology]
-}
-
-// NewWatcher reads the topology once (creating it with initial shards if
-// Redis has none) and returns a watcher that keeps it current.
-func NewWatcher(ctx context.Context, store *Store, initial int, interval time.Duration, log *slog.Logger) (*Watcher, error) {
-	t, err := store.InitTopology(ctx, initial)
-	if err != nil {
-		return nil, err
+// SetOverride sets a per-device threshold (0 removes it).
+func (s *Store) SetOverride(ctx context.Context, id string, threshold time.Duration) error {
+	b := s.c.B()
+	var set rueidis.Completed
+	if threshold <= 0 {
+		set = b.Hdel().Key(s.k.Overrides()).Field(id).Build()
+	} else {
+		set = b.Hset().Key(s.k.Overrides()).FieldValue().FieldValue(id, strconv.FormatInt(threshold.Milliseconds(), 10)).Build()
 	}
-	if interval <= 0 {
-		interval = 500 * time.Millisecond
-	}
-	w := &Watcher{store: store, interval: interval, log: log}
-	w.cur.Store(&t)
-	return w, nil
-}
-
-// Current returns the topology last read.
-func (w *Watcher) Current() Topology { return *w.cur.Load() }
-
-// Refresh reads the topology now.
-func (w *Watcher) Refresh(ctx context.Context) (Topology, error) {
-	t, err := w.store.Topology(ctx)
-	if err != nil {
-		return w.Current(), err
-	}
-	if old := w.Current(); old.Epoch != t.Epoch && w.log != nil {
-		w.log.Info("topology changed", "shards", t.Shards, "prev", t.Prev, "epoch", t.Epoch)
-	}
-	w.cur.Store(&t)
-	return t, nil
-}
-
-// Run polls until ctx is done.
-func (w *Watcher) Run(ctx context.Context) {
-	tick := time.NewTicker(w.interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if _, err := w.Refresh(ctx); err != nil && ctx.Err() == nil && w.log != nil {
-				w.log.Warn("topology refresh failed", "err", err)
-			}
+	for _, r := range s.c.DoMulti(ctx, set, b.Incr().Key(s.k.OverridesVersion()).Build()) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("shard: set threshold override: %w", err)
 		}
 	}
+	return nil
+}
+
+// OverridesVersion returns a number that changes whenever overrides do.
+func (s *Store) OverridesVersion(ctx context.Context) (int64, error) {
+	v, err := s.c.Do(ctx, s.c.B().Get().Key(s.k.OverridesVersion()).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("shard: read overrides version: %w", err)
+	}
+	return v, nil
+}
+
+// Overrides returns every per-device threshold.
+func (s *Store) Overrides(ctx context.Context) (map[string]time.Duration, error) {
+	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(s.k.Overrides()).Build()).AsStrMap()
+	if err != nil {
+		return nil, fmt.Errorf("shard: read overrides: %w", err)
+	}
+	out := make(map[string]time.Duration, len(m))
+	for id, v := range m {
+		if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 {
+			out[id] = time.Duration(ms) * time.Millisecond
+		}
+	}
+	return out, nil
 }
 
 // Thresholds decides how long a device may stay silent: a per-device

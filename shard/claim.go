@@ -1,0 +1,158 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+)
+
+// Claimed is the outcome of Claim.
+type Claimed struct {
+	// Due are the members due at or before the horizon, earliest first.
+	Due []Entry
+	// Head is the shard's earliest member, due or not, if HasHead.
+	Head    Entry
+	HasHead bool
+	// Layout is the largest shard count writers may place the shard's
+	// timers under (0 when never set). A value above the topology a scanner
+	// knows says a doubling is being published: the scanner must check moved
+	// members against their partner shards before it has seen the topology.
+	Layout int
+}
+
+// claimScript reads the due members of a shard, fenced by its lease, and
+// the largest shard count writers may place the shard's timers under, so
+// that a scanner learns of a doubling no later than the first write under it.
+//
+// KEYS[1]: timer ZSET of the shard
+// KEYS[2]: lease key of the shard
+// KEYS[3]: layout HASH of the shard
+// ARGV[1]: lease value the caller holds
+// ARGV[2]: horizon, unix ms: members scored at or below it are due
+// ARGV[3]: batch limit
+// Returns: {due (id, score, ...), head (id, score) or empty, layout shards
+// or 0}, or the error NOTOWNER when the caller no longer holds the lease.
+var claimScript = newScript(`
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then
+  return redis.error_reply('NOTOWNER lease lost')
+end
+local due = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[2], 'BYSCORE', 'LIMIT', 0, ARGV[3], 'WITHSCORES')
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local shards = tonumber(redis.call('HGET', KEYS[3], 'shards') or '0')
+return {due, head, shards}`)
+
+// Claim reads up to limit members of shard i due at or before horizon, the
+// shard's head and its layout. It fails with ErrNotOwner unless lease is
+// still the shard's lease.
+func (s *Store) Claim(ctx context.Context, f Family, i int, lease Lease, horizon int64, limit int) (Claimed, error) {
+	v, err := claimScript.exec(ctx, s.c, []string{s.k.Timers(f, i), s.k.Owner(i), s.k.Layout(i)},
+		[]string{lease.Value, strconv.FormatInt(horizon, 10), strconv.Itoa(limit)}).ToArray()
+	if err != nil {
+		return Claimed{}, fmt.Errorf("shard: claim shard %d: %w", i, err)
+	}
+	if len(v) != 3 {
+		return Claimed{}, fmt.Errorf("shard: claim shard %d: unexpected reply", i)
+	}
+	var c Claimed
+	dueRaw, _ := v[0].ToArray()
+	headRaw, _ := v[1].ToArray()
+	layout, _ := v[2].AsInt64()
+	c.Layout = int(layout)
+	if c.Due, err = parseEntries(dueRaw); err != nil {
+		return Claimed{}, fmt.Errorf("shard: claim shard %d: %w", i, err)
+	}
+	hs, err := parseEntries(headRaw)
+	if err != nil {
+		return Claimed{}, fmt.Errorf("shard: claim shard %d: %w", i, err)
+	}
+	if len(hs) > 0 {
+		c.Head, c.HasHead = hs[0], true
+	}
+	return c, nil
+}
+
+// Move is a deferred entry: if its score is still From, it becomes To.
+type Move struct {
+	ID   string
+	From int64
+	To   int64
+}
+
+// Settled is the outcome of Settle.
+type Settled struct {
+	Removed int
+	Moved   int
+	// Revived are fired entries whose score changed after the claim: a
+	// signal landed in between, so they stay watched at their new deadline.
+	Revived []Entry
+}
+
+// settleScript finishes a claimed batch: compare-and-remove for fired
+// members, compare-and-move for deferred ones, fenced by the lease.
+//
+// KEYS[1]: timer ZSET of the shard
+// KEYS[2]: lease key of the shard
+// ARGV[1]: lease value the caller holds
+// ARGV[2]: number of fired members n
+// ARGV[3 .. 2+2n]: fired id, claimed score pairs (removed if unchanged)
+// ARGV[3+2n ..]:   deferred id, claimed score, new score triples (moved if unchanged)
+// Returns: {removed count, moved count, revived (id, score, ...)} where revived
+// are fired members whose score changed after the claim (a reset landed),
+// or the error NOTOWNER when the caller no longer holds the lease.
+var settleScript = newScript(`
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then
+  return redis.error_reply('NOTOWNER lease lost')
+end
+local n = tonumber(ARGV[2])
+local removed, moved, revived = 0, 0, {}
+for i = 3, 2 + 2*n, 2 do
+  local cur = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if cur then
+    if tonumber(cur) == tonumber(ARGV[i+1]) then
+      redis.call('ZREM', KEYS[1], ARGV[i])
+      removed = removed + 1
+    else
+      revived[#revived+1] = ARGV[i]
+      revived[#revived+1] = cur
+    end
+  end
+end
+for i = 3 + 2*n, #ARGV, 3 do
+  local cur = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if cur and tonumber(cur) == tonumber(ARGV[i+1]) then
+    redis.call('ZADD', KEYS[1], 'GT', ARGV[i+2], ARGV[i])
+    moved = moved + 1
+  end
+end
+return {removed, moved, revived}`)
+
+// Settle finishes a claimed batch of shard i: each fired entry is removed only
+// if its score is still the claimed one (a reset that landed in between
+// survives), and each move is applied only if the score is unchanged. It
+// fails with ErrNotOwner, changing nothing, unless lease is still held.
+func (s *Store) Settle(ctx context.Context, f Family, i int, lease Lease, fired []Entry, moves []Move) (Settled, error) {
+	args := make([]string, 0, 2+2*len(fired)+3*len(moves))
+	args = append(args, lease.Value, strconv.Itoa(len(fired)))
+	for _, e := range fired {
+		args = append(args, e.ID, strconv.FormatInt(e.Deadline, 10))
+	}
+	for _, m := range moves {
+		args = append(args, m.ID, strconv.FormatInt(m.From, 10), strconv.FormatInt(m.To, 10))
+	}
+	v, err := settleScript.exec(ctx, s.c, []string{s.k.Timers(f, i), s.k.Owner(i)}, args).ToArray()
+	if err != nil {
+		return Settled{}, fmt.Errorf("shard: settle shard %d: %w", i, err)
+	}
+	if len(v) != 3 {
+		return Settled{}, fmt.Errorf("shard: settle shard %d: unexpected reply", i)
+	}
+	var out Settled
+	removed, _ := v[0].AsInt64()
+	moved, _ := v[1].AsInt64()
+	out.Removed, out.Moved = int(removed), int(moved)
+	rev, _ := v[2].ToArray()
+	if out.Revived, err = parseEntries(rev); err != nil {
+		return Settled{}, fmt.Errorf("shard: settle shard %d: %w", i, err)
+	}
+	return out, nil
+}

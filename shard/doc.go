@@ -1,0 +1,30 @@
+// Package shard is sigwatch's only door to Redis: where timers live, how an
+// id is hashed to one of 2^n shards, the key layout, the topology and its
+// doubling, the leases that give each shard one scanner at a time, and
+// every Lua script. No client, key or script leaves the package; other
+// packages call methods of Store.
+//
+// One file per concept:
+//
+//	shard.go       Of, Hash, counts, Assign, Entry, Family, Store
+//	keys.go        every key name (Keys), registry partitions (Part)
+//	script.go      the script type and the one mapper of script errors to
+//	               ErrNotOwner, ErrStaleTopology, ErrDraining, …
+//	topology.go    the topology record and its Watcher
+//	doubling.go    Double, layouts and floors, the drain and its reports
+//	upsert.go      Upsert, UpsertAt: pushing deadlines forward
+//	timers.go      Arm, Set, Score(s), Remove, Size, Head
+//	claim.go       Claim, Settle (compare-and-remove, compare-and-move)
+//	lease.go       leases (Acquire, Renew, Release, Owner) and scanner
+//	               membership (Heartbeat, Leave)
+//	watermark.go   the ingest watermark, its outages, ingest members
+//	registry.go    device types, sightings, lost marks
+//	thresholds.go  per-device threshold overrides and Thresholds
+//	state.go       per-device state by compare-and-set (the alarm's), mutes
+//	status.go      one batched status read of every shard
+//	writer.go      Writer: placing under a lagging topology, epoch reports
+//
+// Each Lua script is a package-level value directly above the one method
+// that runs it, with a header saying what each KEYS[n] and ARGV[n] is and
+// what it returns.
+package shard

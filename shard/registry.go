@@ -1,0 +1,260 @@
+package shard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
+
+// The registry keeps what sigwatch knows about each device beyond its
+// deadline: its type and first sighting, and a lost mark while it is lost.
+// Both live in the device's registry partition (Part), so a doubling never
+// moves them, and both are written only when a device is first seen, comes
+// back, is lost or changes — never per signal.
+
+// Device is what the registry knows about a device. It is written when a
+// device is first seen, comes back, is lost or is changed — never per signal.
+type Device struct {
+	Type      string `json:"t,omitempty"`
+	FirstSeen int64  `json:"f,omitempty"`
+	// LostDeadline is the deadline the device was declared lost at, 0 while
+	// it is not lost; LostAt is when that was declared. They are kept in
+	// the partition's lost marks, not in the entry.
+	LostDeadline int64 `json:"-"`
+	LostAt       int64 `json:"-"`
+}
+
+func parseDevice(s string) (Device, error) {
+	var d Device
+	if err := json.Unmarshal([]byte(s), &d); err != nil {
+		return Device{}, fmt.Errorf("registry entry %q: %w", s, err)
+	}
+	return d, nil
+}
+
+// lostMark is the value of a lost mark: "<deadline>:<at>", unix ms.
+func lostMark(deadline, at int64) string {
+	return strconv.FormatInt(deadline, 10) + ":" + strconv.FormatInt(at, 10)
+}
+
+func parseLostMark(s string) (deadline, at int64, err error) {
+	dl, a, ok := strings.Cut(s, ":")
+	if ok {
+		if deadline, err = strconv.ParseInt(dl, 10, 64); err == nil {
+			at, err = strconv.ParseInt(a, 10, 64)
+		}
+	}
+	if !ok || err != nil {
+		return 0, 0, fmt.Errorf("lost mark %q: not <deadline>:<at>", s)
+	}
+	return deadline, at, nil
+}
+
+// device builds a Device from a registry value and a lost mark, either
+// possibly nil (absent).
+func device(reg, lost rueidis.RedisMessage) (d Device, found bool, err error) {
+	if v, e := reg.ToString(); e == nil {
+		found = true
+		if d, err = parseDevice(v); err != nil {
+			return Device{}, true, err
+		}
+	}
+	if v, e := lost.ToString(); e == nil {
+		found = true
+		if d.LostDeadline, d.LostAt, err = parseLostMark(v); err != nil {
+			return d, true, err
+		}
+	}
+	return d, found, nil
+}
+
+// Sighting is one device for SeenMulti: ID and Type go in; the previous
+// entry (Prev, with any lost mark; Existed false when the device is new) and
+// Err come out.
+type Sighting struct {
+	ID, Type string
+	Prev     Device
+	Existed  bool
+	Err      error
+}
+
+// seenScript records a device that is first seen or back after being lost,
+// clearing its lost mark. A device without a type costs no registry entry
+// at all: at millions of devices the registry would otherwise double
+// Redis's memory per device. An entry is written only when its type is new
+// or changed.
+//
+// KEYS[1]: registry partition of the device; KEYS[2]: its lost marks
+// ARGV[1]: device id; ARGV[2]: type ("" if unknown); ARGV[3]: now, unix ms
+// Returns: {previous registry value or nil, previous lost mark or nil}.
+var seenScript = newScript(`
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+local lost = redis.call('HGET', KEYS[2], ARGV[1])
+if lost then redis.call('HDEL', KEYS[2], ARGV[1]) end
+if ARGV[2] ~= '' then
+  local d = {}
+  if old then d = cjson.decode(old) end
+  if d.t ~= ARGV[2] or d.f == nil then
+    d.t = ARGV[2]
+    if d.f == nil then d.f = tonumber(ARGV[3]) end
+    redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(d))
+  end
+end
+return {old or false, lost or false}`)
+
+// SeenMulti records that each device of ss was first seen or came back,
+// with its type, and clears any lost mark, all in one round trip: a flush
+// full of first-seen devices (a start, or a doubling's drain) costs one
+// round trip, not one per device. It fills in ss and returns it.
+func (s *Store) SeenMulti(ctx context.Context, ss []Sighting, now int64) []Sighting {
+	nowArg := strconv.FormatInt(now, 10)
+	execs := make([]rueidis.LuaExec, len(ss))
+	for j, d := range ss {
+		execs[j] = rueidis.LuaExec{Keys: []string{s.k.Registry(d.ID), s.k.Lost(d.ID)}, Args: []string{d.ID, d.Type, nowArg}}
+	}
+	for j, r := range seenScript.execMulti(ctx, s.c, execs...) {
+		d := &ss[j]
+		d.Prev, d.Existed, d.Err = Device{}, false, nil
+		v, err := r.ToArray()
+		if err == nil && len(v) != 2 {
+			err = errors.New("unexpected reply")
+		}
+		if err == nil {
+			d.Prev, d.Existed, err = device(v[0], v[1])
+		}
+		if err != nil {
+			d.Prev, d.Existed, d.Err = Device{}, false, fmt.Errorf("shard: record device: %w", err)
+		}
+	}
+	return ss
+}
+
+// MarkLost records that id was declared lost at deadline.
+func (s *Store) MarkLost(ctx context.Context, id string, deadline, at int64) error {
+	return s.MarkLostMulti(ctx, []Entry{{ID: id, Deadline: deadline}}, at)[0]
+}
+
+// MarkLostMulti records that each device of lost was declared lost at its
+// deadline, all in one round trip, and returns one error per entry.
+func (s *Store) MarkLostMulti(ctx context.Context, lost []Entry, at int64) []error {
+	cmds := make(rueidis.Commands, len(lost))
+	for j, e := range lost {
+		cmds[j] = s.c.B().Hset().Key(s.k.Lost(e.ID)).FieldValue().FieldValue(e.ID, lostMark(e.Deadline, at)).Build()
+	}
+	errs := make([]error, len(lost))
+	for j, r := range s.c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			errs[j] = fmt.Errorf("shard: mark device lost: %w", err)
+		}
+	}
+	return errs
+}
+
+// clearLostScript clears the lost mark of a device if it is still the one
+// set for the given deadline.
+//
+// KEYS[1]: lost marks of the device's partition; KEYS[2]: its registry
+// partition; ARGV[1]: device id; ARGV[2]: deadline, unix ms
+// Returns: {registry value or nil, the mark cleared} if a mark was
+// cleared, else nil.
+var clearLostScript = newScript(`
+local lost = redis.call('HGET', KEYS[1], ARGV[1])
+if not lost then return false end
+if tonumber(string.match(lost, '^%-?%d+')) ~= tonumber(ARGV[2]) then return false end
+redis.call('HDEL', KEYS[1], ARGV[1])
+return {redis.call('HGET', KEYS[2], ARGV[1]) or false, lost}`)
+
+// ClearLost clears id's lost mark if it is the one set for deadline, and
+// returns the device as it was; ok is false if there was no such mark.
+func (s *Store) ClearLost(ctx context.Context, id string, deadline int64) (prev Device, ok bool, err error) {
+	v, err := clearLostScript.exec(ctx, s.c, []string{s.k.Lost(id), s.k.Registry(id)},
+		[]string{id, strconv.FormatInt(deadline, 10)}).ToArray()
+	if rueidis.IsRedisNil(err) {
+		return Device{}, false, nil
+	}
+	if err == nil && len(v) != 2 {
+		err = errors.New("unexpected reply")
+	}
+	if err == nil {
+		prev, _, err = device(v[0], v[1])
+	}
+	if err != nil {
+		return Device{}, false, fmt.Errorf("shard: clear lost mark: %w", err)
+	}
+	return prev, true, nil
+}
+
+// Devices reads the registry entries and lost marks of ids in one round
+// trip; a missing entry is the zero Device.
+func (s *Store) Devices(ctx context.Context, ids []string) ([]Device, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	b := s.c.B()
+	cmds := make(rueidis.Commands, 0, 2*len(ids))
+	for _, id := range ids {
+		cmds = append(cmds, b.Hget().Key(s.k.Registry(id)).Field(id).Build(), b.Hget().Key(s.k.Lost(id)).Field(id).Build())
+	}
+	rs := s.c.DoMulti(ctx, cmds...)
+	out := make([]Device, len(ids))
+	for j := range ids {
+		for _, r := range rs[2*j : 2*j+2] {
+			if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
+				return nil, fmt.Errorf("shard: read registry: %w", err)
+			}
+		}
+		// A corrupt entry reads as unknown rather than stalling the batch
+		// that holds it: the device still fires, with the default type.
+		reg, _ := rs[2*j].ToMessage()
+		lost, _ := rs[2*j+1].ToMessage()
+		out[j], _, _ = device(reg, lost)
+	}
+	return out, nil
+}
+
+// Types reads the registered types of ids in one round trip ("" for a
+// device of the default type or a corrupt entry): what firing needs, without
+// the lost marks.
+func (s *Store) Types(ctx context.Context, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cmds := make(rueidis.Commands, len(ids))
+	for j, id := range ids {
+		cmds[j] = s.c.B().Hget().Key(s.k.Registry(id)).Field(id).Build()
+	}
+	out := make([]string, len(ids))
+	for j, r := range s.c.DoMulti(ctx, cmds...) {
+		v, err := r.ToString()
+		if rueidis.IsRedisNil(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("shard: read registry: %w", err)
+		}
+		d, _ := parseDevice(v)
+		out[j] = d.Type
+	}
+	return out, nil
+}
+
+// Forget removes id from the registry, its lost mark and its threshold
+// override.
+func (s *Store) Forget(ctx context.Context, id string) error {
+	b := s.c.B()
+	for _, r := range s.c.DoMulti(ctx,
+		b.Hdel().Key(s.k.Registry(id)).Field(id).Build(),
+		b.Hdel().Key(s.k.Lost(id)).Field(id).Build(),
+		b.Hdel().Key(s.k.Overrides()).Field(id).Build(),
+		b.Incr().Key(s.k.OverridesVersion()).Build()) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("shard: forget device: %w", err)
+		}
+	}
+	return nil
+}

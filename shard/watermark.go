@@ -1,0 +1,206 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// The ingest watermark is the time up to which ingest is known to have been
+// consuming; scanners fire only up to it (invariant 6). Each ingest member
+// reports its own (AdvanceMember) and the global one follows what the
+// members together consumed; a jump larger than the outage threshold is
+// recorded as an outage.
+
+// Outage is a gap in the ingest watermark: ingest was not known to be
+// consuming between Start and End (unix ms).
+type Outage struct{ Start, End int64 }
+
+// outagesKept bounds the outage list.
+const outagesKept = 256
+
+// watermarkScript moves the ingest watermark forward and records a gap
+// larger than the outage threshold as an outage.
+//
+// KEYS[1]: watermark key; KEYS[2]: outage list
+// ARGV[1]: new watermark, unix ms; ARGV[2]: outage threshold, ms;
+// ARGV[3]: outages kept
+// Returns: the watermark after the call.
+var watermarkScript = newScript(`
+local cur = redis.call('GET', KEYS[1])
+local new = tonumber(ARGV[1])
+if cur and new <= tonumber(cur) then return cur end
+if cur and new - tonumber(cur) > tonumber(ARGV[2]) then
+  redis.call('RPUSH', KEYS[2], cur .. ':' .. ARGV[1])
+  redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1)
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return ARGV[1]`)
+
+// AdvanceWatermark moves the ingest watermark forward to ms. A jump larger
+// than gap is recorded as an outage.
+func (s *Store) AdvanceWatermark(ctx context.Context, ms int64, gap time.Duration) (int64, error) {
+	v, err := watermarkScript.exec(ctx, s.c, []string{s.k.Watermark(), s.k.Outages()},
+		[]string{strconv.FormatInt(ms, 10), strconv.FormatInt(gap.Milliseconds(), 10), strconv.Itoa(outagesKept)}).AsInt64()
+	if err != nil {
+		return 0, fmt.Errorf("shard: advance watermark: %w", err)
+	}
+	return v, nil
+}
+
+// Watermark returns the ingest watermark (0 if ingest never ran) and the
+// recorded outages, oldest first.
+func (s *Store) Watermark(ctx context.Context) (int64, []Outage, error) {
+	b := s.c.B()
+	rs := s.c.DoMulti(ctx,
+		b.Get().Key(s.k.Watermark()).Build(),
+		b.Lrange().Key(s.k.Outages()).Start(0).Stop(-1).Build())
+	wm, err := rs[0].AsInt64()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return 0, nil, fmt.Errorf("shard: read watermark: %w", err)
+	}
+	raw, err := rs[1].AsStrSlice()
+	if err != nil {
+		return 0, nil, fmt.Errorf("shard: read outages: %w", err)
+	}
+	outs := make([]Outage, 0, len(raw))
+	for _, r := range raw {
+		if o, ok := parseOutage(r); ok {
+			outs = append(outs, o)
+		}
+	}
+	return wm, outs, nil
+}
+
+func parseOutage(r string) (Outage, bool) {
+	a, b, ok := strings.Cut(r, ":")
+	if !ok {
+		return Outage{}, false
+	}
+	start, err1 := strconv.ParseInt(a, 10, 64)
+	end, err2 := strconv.ParseInt(b, 10, 64)
+	return Outage{Start: start, End: end}, err1 == nil && err2 == nil
+}
+
+// WatermarkHead returns the ingest watermark, the number of recorded
+// outages and the last of them: enough for a reader that keeps the outages
+// to tell whether they changed (the list only grows at its end and is
+// trimmed at its start) without reading them all again. An entry that does
+// not parse counts as absent, as Watermark skips it.
+func (s *Store) WatermarkHead(ctx context.Context) (wm, n int64, last Outage, err error) {
+	b := s.c.B()
+	rs := s.c.DoMulti(ctx,
+		b.Get().Key(s.k.Watermark()).Build(),
+		b.Llen().Key(s.k.Outages()).Build(),
+		b.Lindex().Key(s.k.Outages()).Index(-1).Build())
+	wm, err = rs[0].AsInt64()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return 0, 0, Outage{}, fmt.Errorf("shard: read watermark: %w", err)
+	}
+	if n, err = rs[1].AsInt64(); err != nil {
+		return 0, 0, Outage{}, fmt.Errorf("shard: read outages: %w", err)
+	}
+	raw, err := rs[2].ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return 0, 0, Outage{}, fmt.Errorf("shard: read outages: %w", err)
+	}
+	last, _ = parseOutage(raw)
+	return wm, n, last, nil
+}
+
+// Member names one ingest consumer. Members with the same Group share one
+// MQTT subscription ($share/<group>/...) and split the stream; a member with
+// no group consumes the whole stream.
+type Member struct {
+	Group string
+	ID    string
+}
+
+func (m Member) field() string { return m.Group + "|" + m.ID }
+
+// memberScript records one ingest member's watermark and moves the global
+// watermark to what the members together are known to have consumed:
+// members of one shared subscription group split the stream, so the group
+// has consumed up to its slowest member (min); a member outside any group
+// consumes everything itself. The global watermark is the best of those
+// (max). Members silent for longer than the timeout are dropped, so a dead
+// member holds firing back for at most that long, and the gap it leaves is
+// recorded as an outage like any other.
+//
+// KEYS[1]: member HASH ("group|id" -> ms)
+// KEYS[2]: global watermark
+// KEYS[3]: outage list
+// ARGV[1]: member field "group|id"; ARGV[2]: member watermark, unix ms
+// ARGV[3]: now, unix ms; ARGV[4]: member timeout, ms (0: never drop)
+// ARGV[5]: outage threshold, ms; ARGV[6]: outages kept
+// Returns: the global watermark after the call.
+var memberScript = newScript(`
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+local now, timeout = tonumber(ARGV[3]), tonumber(ARGV[4])
+local all = redis.call('HGETALL', KEYS[1])
+local best, groups = nil, {}
+for i = 1, #all, 2 do
+  local field, wm = all[i], tonumber(all[i+1])
+  if timeout > 0 and wm < now - timeout then
+    redis.call('HDEL', KEYS[1], field)
+  else
+    local group = string.match(field, '^(.-)|')
+    if group == nil or group == '' then
+      if best == nil or wm > best then best = wm end
+    elseif groups[group] == nil or wm < groups[group] then
+      groups[group] = wm
+    end
+  end
+end
+for _, wm in pairs(groups) do
+  if best == nil or wm > best then best = wm end
+end
+if best == nil then return redis.call('GET', KEYS[2]) end
+local cur = redis.call('GET', KEYS[2])
+if cur and best <= tonumber(cur) then return cur end
+local new = string.format('%d', best)
+if cur and best - tonumber(cur) > tonumber(ARGV[5]) then
+  redis.call('RPUSH', KEYS[3], cur .. ':' .. new)
+  redis.call('LTRIM', KEYS[3], -tonumber(ARGV[6]), -1)
+end
+redis.call('SET', KEYS[2], new)
+return new`)
+
+// AdvanceMember records that member has consumed everything up to ms and
+// moves the global watermark accordingly (see memberScript). A jump of the
+// global watermark larger than gap is recorded as an outage.
+func (s *Store) AdvanceMember(ctx context.Context, m Member, ms int64, now time.Time, timeout, gap time.Duration) (int64, error) {
+	v, err := memberScript.exec(ctx, s.c, []string{s.k.Members(), s.k.Watermark(), s.k.Outages()},
+		[]string{m.field(), strconv.FormatInt(ms, 10), strconv.FormatInt(now.UnixMilli(), 10),
+			strconv.FormatInt(timeout.Milliseconds(), 10), strconv.FormatInt(gap.Milliseconds(), 10),
+			strconv.Itoa(outagesKept)}).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("shard: advance watermark of %s: %w", m.ID, err)
+	}
+	return v, nil
+}
+
+// LeaveMember removes a member that stopped consuming on purpose, so its
+// group's watermark no longer waits for it.
+func (s *Store) LeaveMember(ctx context.Context, m Member) error {
+	if err := s.c.Do(ctx, s.c.B().Hdel().Key(s.k.Members()).Field(m.field()).Build()).Error(); err != nil {
+		return fmt.Errorf("shard: leave ingest member %s: %w", m.ID, err)
+	}
+	return nil
+}
+
+// Members returns every ingest member's watermark, keyed "group|id".
+func (s *Store) Members(ctx context.Context) (map[string]int64, error) {
+	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(s.k.Members()).Build()).AsIntMap()
+	if err != nil {
+		return nil, fmt.Errorf("shard: read ingest members: %w", err)
+	}
+	return m, nil
+}
