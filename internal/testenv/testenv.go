@@ -1,17 +1,31 @@
-// Package testenv gives a test, in one call, the real servers sigwatch runs against: a Redis
-// always, and on request a Mosquitto broker and an embedded NATS (with JetStream, and optionally
-// its MQTT listener). Each runs on 127.0.0.1 on a random port in the test's t.TempDir() and is
-// stopped by t.Cleanup. A missing server binary fails the test with how to install it; tests
-// never skip for it.
+// Package testenv is sigwatch's one test kit.
+//
+// New gives a test, in one call, the real servers sigwatch runs against: a Redis always, and on
+// request a Mosquitto broker and an embedded NATS (with JetStream, and optionally its MQTT
+// listener). Each runs on 127.0.0.1 on a random port in the test's t.TempDir() and is stopped by
+// t.Cleanup. A missing server binary fails the test with how to install it; tests never skip
+// for it. Env.Store and Env.Conn give the clients a test builds on those servers.
+//
+// Beside the servers the kit holds the mechanics every package's tests share: polling with a
+// deadline instead of sleeping (WaitFor, Never), recorders of the events sigwatch publishes on
+// NATS (Record, RecordStream, StreamMsgIDs), goroutine-leak checks on go.uber.org/goleak
+// (VerifyNone), metric reads beside prometheus/testutil (Gathered, Scraped, Observations), and a
+// manual clock for time-driven tests (Clock).
+//
+// testenv imports only shard and internal packages, never a role package (ingest, scanner,
+// alarm), so that every package's tests can use it.
 package testenv
 
 import (
 	"fmt"
 	"path/filepath"
 	"testing"
-	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/rueidis"
 
 	"github.com/sigwatch/sigwatch/internal/servers"
+	"github.com/sigwatch/sigwatch/shard"
 )
 
 // Options says which servers besides Redis a test needs.
@@ -43,12 +57,7 @@ func New(t testing.TB, opts Options) *Env {
 		t.Fatalf("testenv: %v", err)
 	}
 	env.Redis = r
-	t.Cleanup(func() {
-		logOnFailure(t, "redis", r.LogPath())
-		if err := r.Kill(); err != nil {
-			t.Errorf("testenv: %v", err)
-		}
-	})
+	stopWhenDone(t, "redis", r.LogPath(), r.Kill)
 
 	if opts.Mosquitto {
 		m, err := servers.StartMosquitto(filepath.Join(dir, "mosquitto"), servers.MosquittoOptions{})
@@ -56,12 +65,7 @@ func New(t testing.TB, opts Options) *Env {
 			t.Fatalf("testenv: %v", err)
 		}
 		env.Mosquitto = m
-		t.Cleanup(func() {
-			logOnFailure(t, "mosquitto", m.LogPath())
-			if err := m.Kill(); err != nil {
-				t.Errorf("testenv: %v", err)
-			}
-		})
+		stopWhenDone(t, "mosquitto", m.LogPath(), m.Kill)
 	}
 
 	if opts.NATS || opts.NATSMQTT {
@@ -70,10 +74,7 @@ func New(t testing.TB, opts Options) *Env {
 			t.Fatalf("testenv: %v", err)
 		}
 		env.NATS = n
-		t.Cleanup(func() {
-			logOnFailure(t, "nats", n.LogPath())
-			n.Shutdown()
-		})
+		stopWhenDone(t, "nats", n.LogPath(), func() error { n.Shutdown(); return nil })
 	}
 	return env
 }
@@ -95,21 +96,15 @@ func RedisCluster(t testing.TB, masters int) *servers.RedisCluster {
 	return c
 }
 
-// WaitFor polls cond every 10ms until it returns true, and fails the test if that takes longer
-// than timeout. what completes the sentence "timed out waiting for ...". It must be called from
-// the test's goroutine.
-func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-			return
+// stopWhenDone stops a server with stop when the test ends, after writing the end of its log to
+// the test log if the test failed.
+func stopWhenDone(t testing.TB, name, logPath string, stop func() error) {
+	t.Cleanup(func() {
+		logOnFailure(t, name, logPath)
+		if err := stop(); err != nil {
+			t.Errorf("testenv: %v", err)
 		}
-		<-tick.C
-	}
+	})
 }
 
 // logOnFailure writes the end of a server's log to the test log if the test failed, since the
@@ -119,4 +114,37 @@ func logOnFailure(t testing.TB, name, path string) {
 		return
 	}
 	t.Logf("testenv: end of %s log %s:\n%s", name, path, servers.LogTail(path))
+}
+
+// Store returns a shard store on env's Redis whose keys start with prefix, on a Redis client of
+// its own that is closed when the test ends.
+func (env *Env) Store(t testing.TB, prefix string) *shard.Store {
+	t.Helper()
+	return StoreOn(t, []string{env.Redis.Addr}, prefix)
+}
+
+// StoreOn is Env.Store on the Redis at addrs: a Redis Cluster's nodes, say.
+func StoreOn(t testing.TB, addrs []string, prefix string) *shard.Store {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+	if err != nil {
+		t.Fatalf("testenv: redis client for %v: %v", addrs, err)
+	}
+	t.Cleanup(c.Close)
+	return shard.NewStore(c, shard.NewKeys(prefix))
+}
+
+// Conn returns a connection to env's NATS with opts, closed when the test ends. The test must
+// have asked for NATS.
+func (env *Env) Conn(t testing.TB, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	if env.NATS == nil {
+		t.Fatalf("testenv: Conn without NATS: set Options.NATS")
+	}
+	nc, err := nats.Connect(env.NATS.URL, opts...)
+	if err != nil {
+		t.Fatalf("testenv: connect to %s: %v", env.NATS.URL, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }
