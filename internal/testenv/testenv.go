@@ -17,6 +17,7 @@
 package testenv
 
 import (
+	"crypto/tls"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -36,6 +37,15 @@ type Options struct {
 	// RedisPersist turns on Redis's append-only file, for tests that Kill and Restart Redis and
 	// expect the data back.
 	RedisPersist bool
+	// Secure makes every server asked for require TLS, with certificates of a throwaway CA
+	// (Env.Certs, Env.ClientTLS), and these credentials (Redis takes only the password, on
+	// Redis.TLSAddr).
+	Secure *Credentials
+}
+
+// Credentials are a user name and password.
+type Credentials struct {
+	User, Password string
 }
 
 // Env is a test's set of running servers. Fields for servers not asked for are nil.
@@ -43,6 +53,12 @@ type Env struct {
 	Redis     *servers.Redis
 	Mosquitto *servers.Mosquitto
 	NATS      *servers.NATS
+
+	// With Options.Secure: the credentials the servers require, the files their certificates
+	// were made from, and a client configuration that trusts only their CA.
+	Secure    *Credentials
+	Certs     servers.TLSFiles
+	ClientTLS *tls.Config
 }
 
 // New starts the servers opts asks for, and Redis. They are killed when the test ends; when the
@@ -51,8 +67,18 @@ func New(t testing.TB, opts Options) *Env {
 	t.Helper()
 	dir := t.TempDir()
 	env := &Env{}
+	ropts := servers.RedisOptions{Persist: opts.RedisPersist}
+	var mopts servers.MosquittoOptions
+	nopts := servers.NATSOptions{JetStream: true, MQTT: opts.NATSMQTT}
+	if sec := opts.Secure; sec != nil {
+		env.Secure = sec
+		serverTLS := env.makeCerts(t, filepath.Join(dir, "certs"))
+		ropts.Password, ropts.TLS = sec.Password, &env.Certs
+		mopts = servers.MosquittoOptions{Username: sec.User, Password: sec.Password, TLS: &env.Certs}
+		nopts.User, nopts.Password, nopts.TLS = sec.User, sec.Password, serverTLS
+	}
 
-	r, err := servers.StartRedis(filepath.Join(dir, "redis"), servers.RedisOptions{Persist: opts.RedisPersist})
+	r, err := servers.StartRedis(filepath.Join(dir, "redis"), ropts)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
@@ -60,7 +86,7 @@ func New(t testing.TB, opts Options) *Env {
 	stopWhenDone(t, "redis", r.LogPath(), r.Kill)
 
 	if opts.Mosquitto {
-		m, err := servers.StartMosquitto(filepath.Join(dir, "mosquitto"), servers.MosquittoOptions{})
+		m, err := servers.StartMosquitto(filepath.Join(dir, "mosquitto"), mopts)
 		if err != nil {
 			t.Fatalf("testenv: %v", err)
 		}
@@ -69,7 +95,7 @@ func New(t testing.TB, opts Options) *Env {
 	}
 
 	if opts.NATS || opts.NATSMQTT {
-		n, err := servers.StartNATS(filepath.Join(dir, "nats"), servers.NATSOptions{JetStream: true, MQTT: opts.NATSMQTT})
+		n, err := servers.StartNATS(filepath.Join(dir, "nats"), nopts)
 		if err != nil {
 			t.Fatalf("testenv: %v", err)
 		}
@@ -77,6 +103,25 @@ func New(t testing.TB, opts Options) *Env {
 		stopWhenDone(t, "nats", n.LogPath(), func() error { n.Shutdown(); return nil })
 	}
 	return env
+}
+
+// makeCerts writes a throwaway CA and server certificate into dir, keeps the files and a client
+// configuration in env, and returns the servers' configuration.
+func (env *Env) makeCerts(t testing.TB, dir string) *tls.Config {
+	t.Helper()
+	certs, err := servers.WriteTestCerts(dir)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	env.Certs = certs
+	if env.ClientTLS, err = certs.ClientTLS(); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	serverTLS, err := certs.ServerTLS()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return serverTLS
 }
 
 // RedisCluster starts a Redis Cluster of masters nodes (at least 3) without replicas, stopped
@@ -120,13 +165,18 @@ func logOnFailure(t testing.TB, name, path string) {
 // its own that is closed when the test ends.
 func (env *Env) Store(t testing.TB, prefix string) *shard.Store {
 	t.Helper()
-	return StoreOn(t, []string{env.Redis.Addr}, prefix)
+	return storeOn(t, []string{env.Redis.Addr}, env.Redis.Password, prefix)
 }
 
 // StoreOn is Env.Store on the Redis at addrs: a Redis Cluster's nodes, say.
 func StoreOn(t testing.TB, addrs []string, prefix string) *shard.Store {
 	t.Helper()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+	return storeOn(t, addrs, "", prefix)
+}
+
+func storeOn(t testing.TB, addrs []string, password, prefix string) *shard.Store {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, Password: password, DisableCache: true})
 	if err != nil {
 		t.Fatalf("testenv: redis client for %v: %v", addrs, err)
 	}
@@ -140,6 +190,9 @@ func (env *Env) Conn(t testing.TB, opts ...nats.Option) *nats.Conn {
 	t.Helper()
 	if env.NATS == nil {
 		t.Fatalf("testenv: Conn without NATS: set Options.NATS")
+	}
+	if env.Secure != nil {
+		opts = append([]nats.Option{nats.Secure(env.ClientTLS), nats.UserInfo(env.Secure.User, env.Secure.Password)}, opts...)
 	}
 	nc, err := nats.Connect(env.NATS.URL, opts...)
 	if err != nil {
