@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -209,5 +210,36 @@ func TestMetricReads(t *testing.T) {
 	testenv.Gathered(r, reg, "g")
 	if got := r.message(); !strings.Contains(got, "has 2 series, want 1") {
 		t.Errorf("Gathered of a vector without labels: got %q, want refused", got)
+	}
+}
+
+// TestSecureServersTakeTheCredentials proves Options.Secure gives servers that speak TLS with
+// credentials, and that Store, Conn and MQTT reach them with what Env holds.
+func TestSecureServersTakeTheCredentials(t *testing.T) {
+	creds := &testenv.Credentials{User: "u", Password: "p"}
+	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true, Secure: creds})
+	if env.Secure != creds || env.ClientTLS == nil || env.Certs.CAFile == "" || env.Redis.TLSAddr == "" {
+		t.Fatalf("got Secure %v, ClientTLS %v, Certs %+v, Redis TLS at %q; want all set", env.Secure, env.ClientTLS, env.Certs, env.Redis.TLSAddr)
+	}
+	ctx := context.Background()
+	if _, _, err := env.Store(t, "sw").Score(ctx, shard.Deadlines, 0, "d"); err != nil {
+		t.Errorf("store with the password: %v", err)
+	}
+	if _, err := env.Conn(t).RTT(); err != nil {
+		t.Errorf("NATS over TLS with the user: %v", err)
+	}
+	if !strings.HasPrefix(env.Mosquitto.URL, "ssl://") {
+		t.Errorf("mosquitto URL %q, want ssl://", env.Mosquitto.URL)
+	}
+	c := testenv.MQTT(t, mqtt.NewClientOptions().AddBroker(env.Mosquitto.URL).SetClientID("secure").
+		SetUsername("u").SetPassword("p").SetTLSConfig(env.ClientTLS))
+	if !c.IsConnected() {
+		t.Error("MQTT client with the credentials is not connected")
+	}
+	r := &fakeT{TB: t}
+	testenv.MQTT(r, mqtt.NewClientOptions().AddBroker(env.Mosquitto.URL).SetClientID("anonymous").
+		SetTLSConfig(env.ClientTLS).SetAutoReconnect(false).SetConnectRetry(false))
+	if !strings.Contains(r.message(), "MQTT connect") {
+		t.Errorf("anonymous MQTT connect: got %q, want refused", r.message())
 	}
 }
