@@ -220,7 +220,7 @@ func lags(l *lostLog) (p50, p99, worst time.Duration) {
 	return ls[len(ls)/2], ls[len(ls)*99/100], ls[len(ls)-1]
 }
 
-// neverLiveLost keeps watching for d while live devices go on signalling: a live device
+// neverLiveLost keeps watching for span while live devices go on signalling: a live device
 // reported lost fails the test at once.
 func neverLiveLost(t *testing.T, l *lostLog, d *devices, span time.Duration) {
 	t.Helper()
