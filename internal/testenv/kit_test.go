@@ -157,6 +157,9 @@ func TestVerifyNoneSeesALeak(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); leaky(stop) }()
 
+	if err := testenv.Leaks(before); err == nil || !strings.Contains(err.Error(), "testenv_test.leaky") {
+		t.Errorf("Leaks with a goroutine running: got %v, want its stack named", err)
+	}
 	r := &fakeT{TB: t}
 	testenv.VerifyNone(r, before, testenv.LeakTimeout(100*time.Millisecond))
 	if got := r.message(); !strings.Contains(got, "testenv_test.leaky") {
@@ -166,6 +169,9 @@ func TestVerifyNoneSeesALeak(t *testing.T) {
 	close(stop)
 	<-done
 	testenv.VerifyNone(t, before)
+	if err := testenv.Leaks(before); err != nil {
+		t.Errorf("Leaks once stopped: %v", err)
+	}
 }
 
 func leaky(stop chan struct{}) { <-stop }

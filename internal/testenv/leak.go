@@ -57,18 +57,10 @@ func LeakTimeout(d time.Duration) LeakOption {
 // stopped; it is not for parallel tests, whose goroutines it would see.
 func VerifyNone(t testing.TB, opts ...LeakOption) {
 	t.Helper()
-	c := leakCheck{prefixes: background, timeout: 5 * time.Second}
-	for _, o := range opts {
-		o(&c)
-	}
+	c := newLeakCheck(opts)
 	deadline := time.Now().Add(c.timeout)
 	for {
-		// goleak matches function names exactly: name those running now under the prefixes.
-		gopts := slices.Clone(c.opts)
-		for _, f := range runningFuncs(c.prefixes) {
-			gopts = append(gopts, goleak.IgnoreAnyFunction(f))
-		}
-		err := goleak.Find(gopts...)
+		err := c.find()
 		if err == nil {
 			return
 		}
@@ -78,6 +70,31 @@ func VerifyNone(t testing.TB, opts ...LeakOption) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Leaks looks once, without waiting, for the goroutines VerifyNone would report, and returns
+// them as an error, or nil. A test uses it to show the check sees the code under test while it
+// runs.
+func Leaks(opts ...LeakOption) error {
+	c := newLeakCheck(opts)
+	return c.find()
+}
+
+func newLeakCheck(opts []LeakOption) *leakCheck {
+	c := &leakCheck{prefixes: slices.Clone(background), timeout: 5 * time.Second}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+func (c *leakCheck) find() error {
+	// goleak matches function names exactly: name those running now under the prefixes.
+	gopts := slices.Clone(c.opts)
+	for _, f := range runningFuncs(c.prefixes) {
+		gopts = append(gopts, goleak.IgnoreAnyFunction(f))
+	}
+	return goleak.Find(gopts...)
 }
 
 // runningFuncs returns the names of the functions on any goroutine's stack that start with one
