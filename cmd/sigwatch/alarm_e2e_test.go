@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -9,12 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sigwatch/sigwatch/alarm"
 	"github.com/sigwatch/sigwatch/dispatch"
@@ -29,75 +24,44 @@ func (d *devices) revive(id string) {
 	d.mu.Unlock()
 }
 
-// alarmLog reads every alarm notification stored in the SIGWATCH stream.
-type alarmLog struct {
-	mu   sync.Mutex
-	all  []dispatch.Alarm
-	recv []time.Time
-}
+// alarmLog is every alarm notification stored in the SIGWATCH stream.
+type alarmLog = testenv.Recorder[dispatch.Alarm]
 
-func watchAlarms(t *testing.T, natsURL string) *alarmLog {
+// watchAlarms records the alarm notifications; each must carry its id as Nats-Msg-Id.
+func watchAlarms(t *testing.T, env *testenv.Env) *alarmLog {
 	t.Helper()
-	nc, err := nats.Connect(natsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	var stream jetstream.Stream
-	testenv.WaitFor(t, 20*time.Second, "stream SIGWATCH", func() bool {
-		stream, err = js.Stream(ctx, "SIGWATCH")
-		return err == nil
-	})
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"sigwatch.alarm.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &alarmLog{}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		var a dispatch.Alarm
-		if err := json.Unmarshal(m.Data(), &a); err != nil {
-			t.Errorf("alarm body %q: %v", m.Data(), err)
-			return
+	l := testenv.RecordStream[dispatch.Alarm](t, env.Conn(t), "SIGWATCH", "sigwatch.alarm.>")
+	l.Require(func(e testenv.Event[dispatch.Alarm]) error {
+		if e.MsgID != e.Body.ID {
+			return fmt.Errorf("alarm %s carries Nats-Msg-Id %q, want its id", e.Body.ID, e.MsgID)
 		}
-		if id := m.Headers().Get(nats.MsgIdHdr); id != a.ID {
-			t.Errorf("alarm %s carries Nats-Msg-Id %q, want its id", a.ID, id)
-		}
-		l.mu.Lock()
-		l.all = append(l.all, a)
-		l.recv = append(l.recv, time.Now())
-		l.mu.Unlock()
+		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cc.Stop)
 	return l
 }
 
-func (l *alarmLog) of(id string) []dispatch.Alarm {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []dispatch.Alarm
-	for _, a := range l.all {
-		if a.Device == id {
-			out = append(out, a)
-		}
-	}
-	return out
+// alarmsOf returns the notifications about device id, in stream order.
+func alarmsOf(l *alarmLog, id string) []dispatch.Alarm {
+	return l.Bodies(func(a dispatch.Alarm) bool { return a.Device == id })
 }
 
-func (l *alarmLog) has(id, state, reason string) bool {
-	for _, a := range l.of(id) {
+func hasAlarm(l *alarmLog, id, state, reason string) bool {
+	for _, a := range alarmsOf(l, id) {
 		if a.State == state && (reason == "" || a.Reason == reason) {
 			return true
 		}
 	}
 	return false
+}
+
+// checkStoredOnce fails the test for every notification the stream stored more than once.
+func checkStoredOnce(t *testing.T, env *testenv.Env) {
+	t.Helper()
+	for id, n := range testenv.StreamMsgIDs(t, env.Conn(t), "SIGWATCH", "sigwatch.alarm.") {
+		if n != 1 {
+			t.Errorf("notification %s stored %d times, want once", id, n)
+		}
+	}
 }
 
 func show(as []dispatch.Alarm) string {
@@ -106,40 +70,6 @@ func show(as []dispatch.Alarm) string {
 		fmt.Fprintf(&b, "%s:%s/%d@%d ", a.State, a.Reason, a.Count, a.At%100000)
 	}
 	return b.String()
-}
-
-// streamMsgIDs counts each Nats-Msg-Id stored in the stream under prefix.
-func streamMsgIDs(t *testing.T, natsURL, prefix string) map[string]int {
-	t.Helper()
-	nc, err := nats.Connect(natsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	st, err := js.Stream(ctx, "SIGWATCH")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := map[string]int{}
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.HasPrefix(m.Subject, prefix) {
-			ids[m.Header.Get(nats.MsgIdHdr)]++
-		}
-	}
-	return ids
 }
 
 // TestAlarmsSurviveKills runs 120 alarms across a full sigwatch process and
@@ -165,7 +95,7 @@ func TestAlarmsSurviveKills(t *testing.T) {
 
 	f := full("full-1")
 	w := worker("alarm-1")
-	l := watchAlarms(t, env.NATS.URL)
+	l := watchAlarms(t, env)
 	d := startDevices(t, env.Mosquitto.URL, 150, 300*time.Millisecond)
 	time.Sleep(2 * time.Second)
 	// Silenced over one interval, so that some repeat is due at any moment
@@ -178,7 +108,7 @@ func TestAlarmsSurviveKills(t *testing.T) {
 	}
 	testenv.WaitFor(t, 20*time.Second, "120 alarms raised", func() bool {
 		for _, id := range silent {
-			if !l.has(id, alarm.Raised, "") {
+			if !hasAlarm(l, id, alarm.Raised, "") {
 				return false
 			}
 		}
@@ -201,7 +131,7 @@ func TestAlarmsSurviveKills(t *testing.T) {
 	// Every alarm goes on after the restarts.
 	testenv.WaitFor(t, 3*interval, "a repeat of every alarm after the last restart", func() bool {
 		for _, id := range silent {
-			as := l.of(id)
+			as := alarmsOf(l, id)
 			if len(as) == 0 || as[len(as)-1].At < restarted.UnixMilli() {
 				return false
 			}
@@ -214,22 +144,24 @@ func TestAlarmsSurviveKills(t *testing.T) {
 	}
 	testenv.WaitFor(t, 2*interval, "every alarm resolved/recovered", func() bool {
 		for _, id := range silent {
-			if !l.has(id, alarm.Resolved, alarm.ReasonRecovered) {
+			if !hasAlarm(l, id, alarm.Resolved, alarm.ReasonRecovered) {
 				return false
 			}
 		}
 		return true
 	})
-	time.Sleep(time.Second)
-
-	for id, n := range streamMsgIDs(t, env.NATS.URL, "sigwatch.alarm.") {
-		if n != 1 {
-			t.Errorf("notification %s stored %d times, want once", id, n)
+	testenv.Never(t, time.Second, "a notification stored twice", func() bool {
+		for _, n := range l.MsgIDs() {
+			if n > 1 {
+				return true
+			}
 		}
-	}
+		return false
+	})
+	checkStoredOnce(t, env)
 	var late time.Duration
 	for _, id := range silent {
-		as := l.of(id)
+		as := alarmsOf(l, id)
 		if err := alarmSequence(as); err != nil {
 			t.Errorf("device %s: %v: %s", id, err, show(as))
 			continue
@@ -289,7 +221,7 @@ func TestAlarmAPIAndCLI(t *testing.T) {
 	startProc(t, env, "sigwatch", "SIGWATCH_THRESHOLDS_DEFAULT=1s", "SIGWATCH_ALARM_INTERVAL=1s",
 		"SIGWATCH_HTTP_ADDR="+addr, "SIGWATCH_MQTT_TOPICS=devices/+/+/signal", "SIGWATCH_MQTT_ID_LEVEL=2",
 		"SIGWATCH_MQTT_TYPE_LEVEL=1")
-	l := watchAlarms(t, env.NATS.URL)
+	l := watchAlarms(t, env)
 	testenv.WaitFor(t, 20*time.Second, "the API", func() bool {
 		_, err := api(t, addr, "mute", "ls")
 		return err == nil
@@ -312,7 +244,7 @@ func TestAlarmAPIAndCLI(t *testing.T) {
 		d.silence(id)
 	}
 	for _, id := range []string{"snooze", "ack", "rm"} {
-		testenv.WaitFor(t, 10*time.Second, id+" repeating", func() bool { return l.has(id, alarm.Repeat, "") })
+		testenv.WaitFor(t, 10*time.Second, id+" repeating", func() bool { return hasAlarm(l, id, alarm.Repeat, "") })
 	}
 
 	out, err = api(t, addr, "device", "ack", "snooze", "--for", "2s")
@@ -329,13 +261,13 @@ func TestAlarmAPIAndCLI(t *testing.T) {
 		t.Fatalf("device rm: %v\n%s", err, out)
 	}
 	testenv.WaitFor(t, 5*time.Second, "resolved acked and removed", func() bool {
-		return l.has("ack", alarm.Resolved, alarm.ReasonAcked) && l.has("rm", alarm.Resolved, alarm.ReasonRemoved)
+		return hasAlarm(l, "ack", alarm.Resolved, alarm.ReasonAcked) && hasAlarm(l, "rm", alarm.Resolved, alarm.ReasonRemoved)
 	})
 	testenv.WaitFor(t, 3*interval, "repeats resumed after the ack", func() bool {
-		as := l.of("snooze")
+		as := alarmsOf(l, "snooze")
 		return as[len(as)-1].Count > acked.Count
 	})
-	for _, a := range l.of("snooze") {
+	for _, a := range alarmsOf(l, "snooze") {
 		if a.Count == acked.Count+1 && (a.State != alarm.Repeat || a.At < acked.AckedUntil || a.At > acked.AckedUntil+interval.Milliseconds()) {
 			t.Errorf("after the ack until %d: %s, want the next repeat just after", acked.AckedUntil, show([]dispatch.Alarm{a}))
 		}
@@ -344,26 +276,22 @@ func TestAlarmAPIAndCLI(t *testing.T) {
 	if err != nil || !strings.Contains(out, `"state": "raised"`) {
 		t.Errorf("device get of the muted device: %v\n%s, want its alarm raised underneath", err, out)
 	}
-	if as := l.of("m1"); len(as) != 0 {
+	if as := alarmsOf(l, "m1"); len(as) != 0 {
 		t.Errorf("muted type notified: %s", show(as))
 	}
 	if out, err := api(t, addr, "mute", "rm", mutes[0].ID); err != nil {
 		t.Fatalf("mute rm: %v\n%s", err, out)
 	}
-	testenv.WaitFor(t, 3*interval, "the meter notified once unmuted", func() bool { return l.has("m1", alarm.Repeat, "") })
+	testenv.WaitFor(t, 3*interval, "the meter notified once unmuted", func() bool { return hasAlarm(l, "m1", alarm.Repeat, "") })
 	if out, err := api(t, addr, "device", "ack", "ack"); err == nil || !strings.Contains(out, "no open alarm") {
 		t.Errorf("ack of a resolved alarm: %v\n%s, want refused", err, out)
 	}
 	d.revive("tracker/snooze")
 	d.revive("meter/m1")
 	for _, id := range []string{"snooze", "m1"} {
-		testenv.WaitFor(t, 5*time.Second, id+" resolved", func() bool { return l.has(id, alarm.Resolved, alarm.ReasonRecovered) })
+		testenv.WaitFor(t, 5*time.Second, id+" resolved", func() bool { return hasAlarm(l, id, alarm.Resolved, alarm.ReasonRecovered) })
 	}
-	for id, n := range streamMsgIDs(t, env.NATS.URL, "sigwatch.alarm.") {
-		if n != 1 {
-			t.Errorf("notification %s stored %d times, want once", id, n)
-		}
-	}
+	checkStoredOnce(t, env)
 }
 
 // TestAlarmAPIRefusals checks that the alarm endpoints refuse what they

@@ -15,7 +15,8 @@ import (
 	"github.com/sigwatch/sigwatch/internal/testenv"
 )
 
-// startApp runs sigwatch in-process against env with an API token.
+// startApp runs sigwatch in-process against env with an API token. When the test ends the app
+// stops, leaving no goroutine of its own behind.
 func startApp(t *testing.T, env *testenv.Env, mutate func(*Config)) *App {
 	t.Helper()
 	cfg := DefaultConfig()
@@ -28,6 +29,7 @@ func startApp(t *testing.T, env *testenv.Env, mutate func(*Config)) *App {
 	if mutate != nil {
 		mutate(&cfg)
 	}
+	before := testenv.IgnoreCurrent()
 	app, err := Start(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +38,7 @@ func startApp(t *testing.T, env *testenv.Env, mutate func(*Config)) *App {
 		if err := app.Stop(); err != nil {
 			t.Errorf("stop: %v", err)
 		}
+		testenv.VerifyNone(t, before)
 	})
 	return app
 }

@@ -15,8 +15,6 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/testenv"
@@ -129,12 +127,8 @@ type devices struct {
 
 func startDevices(t *testing.T, broker string, n int, period time.Duration) *devices {
 	t.Helper()
-	o := mqtt.NewClientOptions().AddBroker(broker).SetClientID(fmt.Sprintf("e2e-devices-%d", time.Now().UnixNano())).
-		SetAutoReconnect(true).SetOrderMatters(false)
-	c := mqtt.NewClient(o)
-	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("devices: connect: %v", tok.Error())
-	}
+	c := testenv.MQTT(t, mqtt.NewClientOptions().AddBroker(broker).SetClientID(fmt.Sprintf("e2e-devices-%d", time.Now().UnixNano())).
+		SetAutoReconnect(true).SetOrderMatters(false))
 	d := &devices{t: t, c: c, period: period, silentAt: map[string]time.Time{}, last: map[string]time.Time{}}
 	for i := 0; i < n; i++ {
 		d.ids = append(d.ids, fmt.Sprintf("e2e-%04d", i))
@@ -142,7 +136,7 @@ func startDevices(t *testing.T, broker string, n int, period time.Duration) *dev
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go d.run(ctx, done)
-	t.Cleanup(func() { cancel(); <-done; c.Disconnect(100) })
+	t.Cleanup(func() { cancel(); <-done })
 	return d
 }
 
@@ -199,71 +193,26 @@ func (d *devices) silenced() map[string]time.Time {
 	return out
 }
 
-// lostLog reads every lost event stored in the SIGWATCH stream.
-type lostLog struct {
-	mu     sync.Mutex
-	events []dispatch.Lost
-	recvAt []time.Time
-	msgIDs map[string]int
-}
+// lostLog is every lost event stored in the SIGWATCH stream.
+type lostLog = testenv.Recorder[dispatch.Lost]
 
-func watchLost(t *testing.T, natsURL string) *lostLog {
+func watchLost(t *testing.T, env *testenv.Env) *lostLog {
 	t.Helper()
-	nc, err := nats.Connect(natsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	var stream jetstream.Stream
-	testenv.WaitFor(t, 20*time.Second, "stream SIGWATCH", func() bool {
-		stream, err = js.Stream(ctx, "SIGWATCH")
-		return err == nil
-	})
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"sigwatch.lost.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &lostLog{msgIDs: map[string]int{}}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		var ev dispatch.Lost
-		if err := json.Unmarshal(m.Data(), &ev); err != nil {
-			t.Errorf("lost event body %q: %v", m.Data(), err)
-			return
-		}
-		l.mu.Lock()
-		l.events = append(l.events, ev)
-		l.recvAt = append(l.recvAt, time.Now())
-		l.msgIDs[m.Headers().Get(nats.MsgIdHdr)]++
-		l.mu.Unlock()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cc.Stop)
-	return l
+	return testenv.RecordStream[dispatch.Lost](t, env.Conn(t), "SIGWATCH", "sigwatch.lost.>")
 }
 
-func (l *lostLog) byDevice() map[string][]dispatch.Lost {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func byDevice(l *lostLog) map[string][]dispatch.Lost {
 	out := map[string][]dispatch.Lost{}
-	for _, ev := range l.events {
+	for _, ev := range l.Bodies(nil) {
 		out[ev.Device] = append(out[ev.Device], ev)
 	}
 	return out
 }
 
-func (l *lostLog) lags() (p50, p99, worst time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func lags(l *lostLog) (p50, p99, worst time.Duration) {
 	var ls []time.Duration
-	for j, ev := range l.events {
-		ls = append(ls, l.recvAt[j].Sub(time.UnixMilli(ev.Deadline)))
+	for _, e := range l.Events() {
+		ls = append(ls, e.At.Sub(time.UnixMilli(e.Body.Deadline)))
 	}
 	if len(ls) == 0 {
 		return 0, 0, 0
@@ -272,13 +221,29 @@ func (l *lostLog) lags() (p50, p99, worst time.Duration) {
 	return ls[len(ls)/2], ls[len(ls)*99/100], ls[len(ls)-1]
 }
 
+// neverLiveLost keeps watching for span while live devices go on signalling: a live device
+// reported lost fails the test at once.
+func neverLiveLost(t *testing.T, l *lostLog, d *devices, span time.Duration) {
+	t.Helper()
+	testenv.Never(t, span, "a live device reported lost", func() bool {
+		silenced := d.silenced()
+		for _, ev := range l.Bodies(nil) {
+			if _, ok := silenced[ev.Device]; !ok {
+				t.Logf("live device %s reported lost: %+v", ev.Device, ev)
+				return true
+			}
+		}
+		return false
+	})
+}
+
 // checkExactlySilenced asserts the three invariants at the JetStream level:
 // exactly the silenced devices are reported lost, each once, none before its
 // deadline, and no deadline earlier than last signal + threshold.
 func checkExactlySilenced(t *testing.T, l *lostLog, d *devices, threshold time.Duration) {
 	t.Helper()
 	silenced := d.silenced()
-	got := l.byDevice()
+	got := byDevice(l)
 	for id, evs := range got {
 		if _, ok := silenced[id]; !ok {
 			t.Errorf("live device %s reported lost: %+v", id, evs)
@@ -304,19 +269,17 @@ func checkExactlySilenced(t *testing.T, l *lostLog, d *devices, threshold time.D
 			t.Errorf("silenced device %s never reported lost (invariant 2)", id)
 		}
 	}
-	l.mu.Lock()
-	for id, n := range l.msgIDs {
+	for id, n := range l.MsgIDs() {
 		if n != 1 {
 			t.Errorf("message id %s stored %d times in the stream, want 1 (invariant 3)", id, n)
 		}
 	}
-	l.mu.Unlock()
 }
 
 func waitAllLost(t *testing.T, l *lostLog, d *devices, timeout time.Duration) {
 	t.Helper()
 	testenv.WaitFor(t, timeout, "every silenced device reported lost", func() bool {
-		got := l.byDevice()
+		got := byDevice(l)
 		for id := range d.silenced() {
 			if len(got[id]) == 0 {
 				return false
@@ -333,7 +296,7 @@ func TestPipelineLiveAndSilent(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
 	const threshold = 2 * time.Second
 	startProc(t, env, "sigwatch", "SIGWATCH_THRESHOLDS_DEFAULT="+threshold.String())
-	l := watchLost(t, env.NATS.URL)
+	l := watchLost(t, env)
 	d := startDevices(t, env.Mosquitto.URL, 300, 300*time.Millisecond)
 	time.Sleep(3 * time.Second)
 	for i := 0; i < 30; i++ {
@@ -341,10 +304,10 @@ func TestPipelineLiveAndSilent(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	waitAllLost(t, l, d, 20*time.Second)
-	time.Sleep(threshold) // live devices keep going; any false report would show up now
+	neverLiveLost(t, l, d, threshold) // live devices keep going; any false report would show up now
 	checkExactlySilenced(t, l, d, threshold)
-	p50, p99, worst := l.lags()
-	t.Logf("fire lag (event received - deadline): p50 %v p99 %v max %v over %d events", p50, p99, worst, len(l.events))
+	p50, p99, worst := lags(l)
+	t.Logf("fire lag (event received - deadline): p50 %v p99 %v max %v over %d events", p50, p99, worst, l.Len())
 }
 
 // TestTwoProcessesKillOne runs two sigwatch processes that share Redis, NATS
@@ -365,7 +328,7 @@ func TestTwoProcessesKillOne(t *testing.T) {
 			g := "SIGWATCH_MQTT_SHARED_GROUP=" + group
 			a := startProc(t, env, "a", thr, g, "SIGWATCH_MQTT_CLIENT_ID=sigwatch-a")
 			startProc(t, env, "b", thr, g, "SIGWATCH_MQTT_CLIENT_ID=sigwatch-b")
-			l := watchLost(t, env.NATS.URL)
+			l := watchLost(t, env)
 			d := startDevices(t, env.Mosquitto.URL, 300, 300*time.Millisecond)
 			time.Sleep(3 * time.Second)
 			for i := 0; i < 40; i++ {
@@ -376,7 +339,7 @@ func TestTwoProcessesKillOne(t *testing.T) {
 				time.Sleep(75 * time.Millisecond)
 			}
 			waitAllLost(t, l, d, 30*time.Second)
-			time.Sleep(threshold)
+			neverLiveLost(t, l, d, threshold)
 			checkExactlySilenced(t, l, d, threshold)
 		})
 	}
@@ -390,7 +353,7 @@ func TestRestartWholeService(t *testing.T) {
 	const threshold = 2 * time.Second
 	thr := "SIGWATCH_THRESHOLDS_DEFAULT=" + threshold.String()
 	p := startProc(t, env, "first", thr)
-	l := watchLost(t, env.NATS.URL)
+	l := watchLost(t, env)
 	d := startDevices(t, env.Mosquitto.URL, 300, 300*time.Millisecond)
 	time.Sleep(3 * time.Second)
 	for i := 0; i < 20; i++ {
@@ -401,7 +364,7 @@ func TestRestartWholeService(t *testing.T) {
 	time.Sleep(4 * time.Second) // longer than the threshold: every deadline passes while nobody watches
 	startProc(t, env, "second", thr)
 	waitAllLost(t, l, d, 30*time.Second)
-	time.Sleep(2 * threshold)
+	neverLiveLost(t, l, d, 2*threshold)
 	checkExactlySilenced(t, l, d, threshold)
 }
 
@@ -411,22 +374,7 @@ func TestRestartWholeService(t *testing.T) {
 func TestBadInputDoesNotHurtGoodDevices(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
 	startProc(t, env, "sigwatch", "SIGWATCH_THRESHOLDS_DEFAULT=3s", "SIGWATCH_MQTT_TOPICS=devices/#")
-	nc, err := nats.Connect(env.NATS.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	var mu sync.Mutex
-	var invalid []dispatch.Invalid
-	if _, err := nc.Subscribe("sigwatch.invalid", func(m *nats.Msg) {
-		var ev dispatch.Invalid
-		_ = json.Unmarshal(m.Data, &ev)
-		mu.Lock()
-		invalid = append(invalid, ev)
-		mu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	invalid := testenv.Record[dispatch.Invalid](t, env.Conn(t), "sigwatch.invalid")
 	d := startDevices(t, env.Mosquitto.URL, 50, 200*time.Millisecond)
 	time.Sleep(2 * time.Second)
 	// Topics the broker passes on but sigwatch must refuse. (Control
@@ -438,10 +386,7 @@ func TestBadInputDoesNotHurtGoodDevices(t *testing.T) {
 		"devices", // no id level
 	}
 	for j, topic := range bad {
-		bc := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(env.Mosquitto.URL).SetClientID(fmt.Sprintf("e2e-bad-%d", j)))
-		if tok := bc.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-			t.Fatalf("bad client: connect: %v", tok.Error())
-		}
+		bc := testenv.MQTT(t, mqtt.NewClientOptions().AddBroker(env.Mosquitto.URL).SetClientID(fmt.Sprintf("e2e-bad-%d", j)))
 		if tok := bc.Publish(topic, 1, false, []byte("junk")); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 			t.Errorf("broker refused %q: %v", topic, tok.Error())
 		}
@@ -451,25 +396,22 @@ func TestBadInputDoesNotHurtGoodDevices(t *testing.T) {
 	for _, id := range []string{"a.b", "star*", "gt>", "sp ace"} {
 		d.c.Publish("devices/"+id+"/signal", 1, false, []byte{}).Wait()
 	}
-	testenv.WaitFor(t, 10*time.Second, "invalid events", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(invalid) >= 3
-	})
-	l := watchLost(t, env.NATS.URL)
-	time.Sleep(4 * time.Second)
-	for id := range l.byDevice() {
-		if strings.HasPrefix(id, "e2e-") {
-			t.Errorf("good device %s reported lost after bad input", id)
+	invalid.WaitN(t, 10*time.Second, 3, "invalid events", nil)
+	l := watchLost(t, env)
+	testenv.Never(t, 4*time.Second, "a good device reported lost after bad input", func() bool {
+		for id := range byDevice(l) {
+			if strings.HasPrefix(id, "e2e-") {
+				t.Logf("good device %s reported lost after bad input", id)
+				return true
+			}
 		}
-	}
-	mu.Lock()
-	for _, ev := range invalid {
+		return false
+	})
+	for _, ev := range invalid.Bodies(nil) {
 		if ev.Reason == "" || ev.ID == "" {
 			t.Errorf("invalid event without reason or id: %+v", ev)
 		}
 	}
-	mu.Unlock()
 }
 
 // cli runs a sigwatch subcommand against env and returns its output.
@@ -496,7 +438,7 @@ func TestDoublingAcrossProcesses(t *testing.T) {
 	a := startProc(t, env, "a", thr, "SIGWATCH_MQTT_SHARED_GROUP=", "SIGWATCH_MQTT_CLIENT_ID=sigwatch-a")
 	startProc(t, env, "b", thr, "SIGWATCH_MQTT_SHARED_GROUP=", "SIGWATCH_MQTT_CLIENT_ID=sigwatch-b")
 	startProc(t, env, "c", thr, "SIGWATCH_MQTT_SHARED_GROUP=", "SIGWATCH_MQTT_CLIENT_ID=sigwatch-c")
-	l := watchLost(t, env.NATS.URL)
+	l := watchLost(t, env)
 	d := startDevices(t, env.Mosquitto.URL, 300, 300*time.Millisecond)
 	time.Sleep(3 * time.Second)
 	for i := 0; i < 45; i++ {
@@ -531,7 +473,7 @@ func TestDoublingAcrossProcesses(t *testing.T) {
 		return true
 	})
 	waitAllLost(t, l, d, 30*time.Second)
-	time.Sleep(threshold)
+	neverLiveLost(t, l, d, threshold)
 	checkExactlySilenced(t, l, d, threshold)
 }
 
@@ -562,12 +504,8 @@ func TestPayloadTimestampsOutOfOrder(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
 	const threshold = 2500 * time.Millisecond
 	startProc(t, env, "sigwatch", "SIGWATCH_THRESHOLDS_DEFAULT="+threshold.String(), "SIGWATCH_TIMESTAMP_MODE=payload")
-	l := watchLost(t, env.NATS.URL)
-	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(env.Mosquitto.URL).SetClientID("e2e-payload"))
-	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("connect: %v", tok.Error())
-	}
-	defer c.Disconnect(100)
+	l := watchLost(t, env)
+	c := testenv.MQTT(t, mqtt.NewClientOptions().AddBroker(env.Mosquitto.URL).SetClientID("e2e-payload"))
 	const n = 200
 	silentFrom := map[int]time.Time{}
 	newest := map[int]int64{} // newest ts each device sent
@@ -597,7 +535,7 @@ func TestPayloadTimestampsOutOfOrder(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	testenv.WaitFor(t, 15*time.Second, "silenced payload devices reported", func() bool {
-		got := l.byDevice()
+		got := byDevice(l)
 		for i := range silentFrom {
 			if len(got[fmt.Sprintf("p-%03d", i)]) == 0 {
 				return false
@@ -605,7 +543,7 @@ func TestPayloadTimestampsOutOfOrder(t *testing.T) {
 		}
 		return true
 	})
-	for id, evs := range l.byDevice() {
+	for id, evs := range byDevice(l) {
 		var i int
 		fmt.Sscanf(id, "p-%03d", &i)
 		if _, ok := silentFrom[i]; !ok {

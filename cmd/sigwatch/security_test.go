@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,10 +14,8 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
-	"github.com/nats-io/nats.go"
 
 	"github.com/sigwatch/sigwatch/dispatch"
-	"github.com/sigwatch/sigwatch/internal/servers"
 	"github.com/sigwatch/sigwatch/internal/testenv"
 	"github.com/sigwatch/sigwatch/internal/tlsconfig"
 )
@@ -34,79 +30,24 @@ const (
 	secToken    = "t0ken"
 )
 
-// secureEnv is a set of servers that all require TLS and credentials, with the throwaway CA that
-// signed their certificates.
-type secureEnv struct {
-	certs     servers.TLSFiles
-	clientTLS *tls.Config // trusts only the test CA
-	redis     *servers.Redis
-	mosquitto *servers.Mosquitto
-	nats      *servers.NATS
-}
-
-func startSecureServers(t *testing.T) *secureEnv {
+func startSecureServers(t *testing.T) *testenv.Env {
 	t.Helper()
-	dir := t.TempDir()
-	certs, err := servers.WriteTestCerts(filepath.Join(dir, "certs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientTLS, err := certs.ClientTLS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	serverTLS, err := certs.ServerTLS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &secureEnv{certs: certs, clientTLS: clientTLS}
-
-	if env.redis, err = servers.StartRedis(filepath.Join(dir, "redis"), servers.RedisOptions{Password: secPassword, TLS: &certs}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		secLogOnFailure(t, "redis", env.redis.LogPath())
-		env.redis.Kill()
-	})
-	env.mosquitto, err = servers.StartMosquitto(filepath.Join(dir, "mosquitto"),
-		servers.MosquittoOptions{Username: secUser, Password: secPassword, TLS: &certs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		secLogOnFailure(t, "mosquitto", env.mosquitto.LogPath())
-		env.mosquitto.Kill()
-	})
-	env.nats, err = servers.StartNATS(filepath.Join(dir, "nats"),
-		servers.NATSOptions{JetStream: true, User: secUser, Password: secPassword, TLS: serverTLS})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		secLogOnFailure(t, "nats", env.nats.LogPath())
-		env.nats.Shutdown()
-	})
-	return env
+	return testenv.New(t, testenv.Options{Mosquitto: true, NATS: true,
+		Secure: &testenv.Credentials{User: secUser, Password: secPassword}})
 }
 
-func secLogOnFailure(t *testing.T, name, path string) {
-	if t.Failed() {
-		t.Logf("end of %s log %s:\n%s", name, path, servers.LogTail(path))
-	}
-}
-
-// config points sigwatch at env's TLS ports with the right credentials, as an operator's YAML
-// would.
-func (env *secureEnv) config(t *testing.T) Config {
-	tlsOn := tlsconfig.Config{Enabled: true, CAFile: env.certs.CAFile}
+// secureConfig points sigwatch at env's TLS ports with the right credentials, as an operator's
+// YAML would.
+func secureConfig(t *testing.T, env *testenv.Env) Config {
+	tlsOn := tlsconfig.Config{Enabled: true, CAFile: env.Certs.CAFile}
 	cfg := DefaultConfig()
-	cfg.Redis.Addrs = []string{env.redis.TLSAddr}
+	cfg.Redis.Addrs = []string{env.Redis.TLSAddr}
 	cfg.Redis.Password = secPassword
 	cfg.Redis.TLS = tlsOn
-	cfg.NATS.URL = env.nats.URL
+	cfg.NATS.URL = env.NATS.URL
 	cfg.NATS.User, cfg.NATS.Password = secUser, secPassword
 	cfg.NATS.TLS = tlsOn
-	cfg.MQTT.Brokers = []string{env.mosquitto.URL}
+	cfg.MQTT.Brokers = []string{env.Mosquitto.URL}
 	cfg.MQTT.Username, cfg.MQTT.Password = secUser, secPassword
 	cfg.MQTT.TLS = tlsOn
 	cfg.MQTT.ClientID = "sigwatch-" + strings.ReplaceAll(t.Name(), "/", "-")
@@ -139,6 +80,7 @@ func (s *syncBuffer) String() string {
 func startSecureApp(t *testing.T, cfg Config) (*App, *syncBuffer) {
 	t.Helper()
 	logs := &syncBuffer{}
+	before := testenv.IgnoreCurrent()
 	app, err := Start(context.Background(), cfg, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatalf("Start: %v\nlog:\n%s", err, logs)
@@ -147,6 +89,7 @@ func startSecureApp(t *testing.T, cfg Config) (*App, *syncBuffer) {
 		if err := app.Stop(); err != nil {
 			t.Errorf("stop: %v", err)
 		}
+		testenv.VerifyNone(t, before)
 		if t.Failed() {
 			t.Logf("sigwatch log:\n%s", logs)
 		}
@@ -159,25 +102,21 @@ func startExpectingError(t *testing.T, cfg Config) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	before := testenv.IgnoreCurrent()
 	app, err := Start(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err == nil {
 		app.Stop()
 		t.Fatal("Start: got nil error")
 	}
+	testenv.VerifyNone(t, before) // a refused start leaves nothing running
 	return err
 }
 
-func secureMQTTClient(t *testing.T, env *secureEnv, id string) mqtt.Client {
+func secureMQTTClient(t *testing.T, env *testenv.Env, id string) mqtt.Client {
 	t.Helper()
-	o := mqtt.NewClientOptions().AddBroker(env.mosquitto.URL).SetClientID(id).
-		SetUsername(secUser).SetPassword(secPassword).SetTLSConfig(env.clientTLS).
-		SetConnectTimeout(5 * time.Second)
-	c := mqtt.NewClient(o)
-	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-		t.Fatalf("device connect to %s: %v", env.mosquitto.URL, tok.Error())
-	}
-	t.Cleanup(func() { c.Disconnect(0) })
-	return c
+	return testenv.MQTT(t, mqtt.NewClientOptions().AddBroker(env.Mosquitto.URL).SetClientID(id).
+		SetUsername(secUser).SetPassword(secPassword).SetTLSConfig(env.ClientTLS).
+		SetConnectTimeout(5*time.Second))
 }
 
 // TestSecureTLSAndCredentialsEndToEnd proves the whole pipeline over TLS with credentials: a
@@ -186,25 +125,15 @@ func secureMQTTClient(t *testing.T, env *secureEnv, id string) mqtt.Client {
 // with a user and password.
 func TestSecureTLSAndCredentialsEndToEnd(t *testing.T) {
 	env := startSecureServers(t)
-	app, _ := startSecureApp(t, env.config(t))
+	app, _ := startSecureApp(t, secureConfig(t, env))
 
 	testenv.WaitFor(t, 10*time.Second, "/readyz 200 over TLS with credentials", func() bool {
 		code, _ := call(t, app, "GET", "/readyz", "", nil)
 		return code == http.StatusOK
 	})
 
-	nc, err := nats.Connect(env.nats.URL, nats.Secure(env.clientTLS), nats.UserInfo(secUser, secPassword))
-	if err != nil {
-		t.Fatalf("watcher connect to %s: %v", env.nats.URL, err)
-	}
-	t.Cleanup(nc.Close)
-	lost := make(chan *nats.Msg, 16)
-	if _, err := nc.ChanSubscribe("sigwatch.lost.>", lost); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	// The watcher connects over TLS with the user and password.
+	lost := testenv.Record[dispatch.Lost](t, env.Conn(t), "sigwatch.lost.>")
 
 	const id = "sec-1"
 	dev := secureMQTTClient(t, env, "device-"+id)
@@ -235,20 +164,12 @@ func TestSecureTLSAndCredentialsEndToEnd(t *testing.T) {
 		t.Errorf("GET device without the token: %d, want 401", code)
 	}
 
-	select {
-	case m := <-lost:
-		var ev dispatch.Lost
-		if err := json.Unmarshal(m.Data, &ev); err != nil {
-			t.Fatalf("lost event %q: %v", m.Data, err)
-		}
-		if ev.Device != id || !strings.HasPrefix(m.Subject, "sigwatch.lost.") {
-			t.Errorf("lost event %s %+v, want device %s", m.Subject, ev, id)
-		}
-		if ev.Deadline < silentSince.UnixMilli()+time.Second.Milliseconds()-100 {
-			t.Errorf("lost event deadline %d is before the last signal + 1s (%d)", ev.Deadline, silentSince.UnixMilli()+1000)
-		}
-	case <-time.After(8 * time.Second):
-		t.Fatalf("no sigwatch.lost.* event within 8s of the device going silent")
+	m := lost.Wait(t, 8*time.Second, "a sigwatch.lost.* event within 8s of the device going silent", nil)
+	if ev := m.Body; ev.Device != id || !strings.HasPrefix(m.Subject, "sigwatch.lost.") {
+		t.Errorf("lost event %s %+v, want device %s", m.Subject, ev, id)
+	}
+	if ev := m.Body; ev.Deadline < silentSince.UnixMilli()+time.Second.Milliseconds()-100 {
+		t.Errorf("lost event deadline %d is before the last signal + 1s (%d)", ev.Deadline, silentSince.UnixMilli()+1000)
 	}
 	// The scanner publishes before it records the loss (DESIGN: publish, then
 	// compare-and-remove), so the API may lag the event by a moment.
@@ -280,7 +201,7 @@ func TestSecureWrongCredentials(t *testing.T) {
 	}
 	for _, tc := range startFails {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := env.config(t)
+			cfg := secureConfig(t, env)
 			tc.mutate(&cfg)
 			err := startExpectingError(t, cfg)
 			t.Logf("Start: %v", err)
@@ -294,20 +215,23 @@ func TestSecureWrongCredentials(t *testing.T) {
 	// every second for ever (SetConnectRetry): the process stays up, /healthz says ok,
 	// but /readyz must say MQTT is not connected, and keep saying it.
 	t.Run("mqtt password", func(t *testing.T) {
-		cfg := env.config(t)
+		cfg := secureConfig(t, env)
 		cfg.MQTT.Password = "nope"
 		app, logs := startSecureApp(t, cfg)
-		deadline := time.Now().Add(2500 * time.Millisecond) // more than two connect attempts
-		for time.Now().Before(deadline) {
+		// Watched for more than two connect attempts.
+		testenv.Never(t, 2500*time.Millisecond, "/readyz other than 503 naming mqtt alone, with a wrong MQTT password", func() bool {
 			code, out := call(t, app, "GET", "/readyz", "", nil)
-			if code != http.StatusServiceUnavailable || !strings.Contains(fmt.Sprint(out["problems"]), "mqtt: not connected") {
-				t.Fatalf("/readyz with a wrong MQTT password: %d %v, want 503 naming mqtt", code, out)
+			problems := fmt.Sprint(out["problems"])
+			if code != http.StatusServiceUnavailable || !strings.Contains(problems, "mqtt: not connected") {
+				t.Logf("/readyz: %d %v, want 503 naming mqtt", code, out)
+				return true
 			}
-			if strings.Contains(fmt.Sprint(out["problems"]), "redis") || strings.Contains(fmt.Sprint(out["problems"]), "nats") {
-				t.Errorf("/readyz blames more than mqtt: %v", out["problems"])
+			if strings.Contains(problems, "redis") || strings.Contains(problems, "nats") {
+				t.Logf("/readyz blames more than mqtt: %v", problems)
+				return true
 			}
-			time.Sleep(250 * time.Millisecond)
-		}
+			return false
+		})
 		if code, _ := call(t, app, "GET", "/healthz", "", nil); code != http.StatusOK {
 			t.Errorf("/healthz: %d, want 200 (the process is alive, just not ready)", code)
 		}
@@ -316,23 +240,9 @@ func TestSecureWrongCredentials(t *testing.T) {
 			t.Fatalf("sigwatch stopped on a refused MQTT CONNECT: %v", app.Wait())
 		default:
 		}
-		if !strings.Contains(metricsText(t, app), "sigwatch_ingest_connected 0") {
-			t.Error("metric sigwatch_ingest_connected is not 0")
+		if got := testenv.Scraped(t, "http://"+app.HTTPAddr()+"/metrics", "sigwatch_ingest_connected"); got != 0 {
+			t.Errorf("metric sigwatch_ingest_connected = %v, want 0", got)
 		}
 		t.Logf("sigwatch log while the broker refused its password:\n%s", logs)
 	})
-}
-
-func metricsText(t *testing.T, app *App) string {
-	t.Helper()
-	resp, err := http.Get("http://" + app.HTTPAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }

@@ -1,17 +1,31 @@
-// Package testenv gives a test, in one call, the real servers sigwatch runs against: a Redis
-// always, and on request a Mosquitto broker and an embedded NATS (with JetStream, and optionally
-// its MQTT listener). Each runs on 127.0.0.1 on a random port in the test's t.TempDir() and is
-// stopped by t.Cleanup. A missing server binary fails the test with how to install it; tests
-// never skip for it.
+// Package testenv is sigwatch's one test kit.
+//
+// New gives a test, in one call, the real servers sigwatch runs against: a Redis always, and on
+// request a Mosquitto broker and an embedded NATS (with JetStream, and optionally its MQTT
+// listener). Each runs on 127.0.0.1 on a random port in the test's t.TempDir() and is stopped by
+// t.Cleanup. A missing server binary fails the test with how to install it; tests never skip
+// for it. Env.Store and Env.Conn give the clients a test builds on those servers.
+//
+// Beside the servers the kit holds the mechanics every package's tests share: polling with a
+// deadline instead of sleeping (WaitFor, Never), recorders of the events sigwatch publishes on
+// NATS (Record, RecordStream, StreamMsgIDs), goroutine-leak checks on go.uber.org/goleak
+// (VerifyNone), metric reads beside prometheus/testutil (Gathered, Scraped, Observations), and a
+// manual clock for time-driven tests (Clock).
+//
+// testenv imports only shard and internal packages, never a role package (ingest, scanner,
+// alarm), so that every package's tests can use it.
 package testenv
 
 import (
+	"crypto/tls"
 	"fmt"
 	"path/filepath"
 	"testing"
-	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/sigwatch/sigwatch/internal/servers"
+	"github.com/sigwatch/sigwatch/shard"
 )
 
 // Options says which servers besides Redis a test needs.
@@ -22,6 +36,15 @@ type Options struct {
 	// RedisPersist turns on Redis's append-only file, for tests that Kill and Restart Redis and
 	// expect the data back.
 	RedisPersist bool
+	// Secure makes every server asked for require TLS, with certificates of a throwaway CA
+	// (Env.Certs, Env.ClientTLS), and these credentials (Redis takes only the password, on
+	// Redis.TLSAddr).
+	Secure *Credentials
+}
+
+// Credentials are a user name and password.
+type Credentials struct {
+	User, Password string
 }
 
 // Env is a test's set of running servers. Fields for servers not asked for are nil.
@@ -29,6 +52,12 @@ type Env struct {
 	Redis     *servers.Redis
 	Mosquitto *servers.Mosquitto
 	NATS      *servers.NATS
+
+	// With Options.Secure: the credentials the servers require, the files their certificates
+	// were made from, and a client configuration that trusts only their CA.
+	Secure    *Credentials
+	Certs     servers.TLSFiles
+	ClientTLS *tls.Config
 }
 
 // New starts the servers opts asks for, and Redis. They are killed when the test ends; when the
@@ -37,45 +66,61 @@ func New(t testing.TB, opts Options) *Env {
 	t.Helper()
 	dir := t.TempDir()
 	env := &Env{}
+	ropts := servers.RedisOptions{Persist: opts.RedisPersist}
+	var mopts servers.MosquittoOptions
+	nopts := servers.NATSOptions{JetStream: true, MQTT: opts.NATSMQTT}
+	if sec := opts.Secure; sec != nil {
+		env.Secure = sec
+		serverTLS := env.makeCerts(t, filepath.Join(dir, "certs"))
+		ropts.Password, ropts.TLS = sec.Password, &env.Certs
+		mopts = servers.MosquittoOptions{Username: sec.User, Password: sec.Password, TLS: &env.Certs}
+		nopts.User, nopts.Password, nopts.TLS = sec.User, sec.Password, serverTLS
+	}
 
-	r, err := servers.StartRedis(filepath.Join(dir, "redis"), servers.RedisOptions{Persist: opts.RedisPersist})
+	r, err := servers.StartRedis(filepath.Join(dir, "redis"), ropts)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
 	env.Redis = r
-	t.Cleanup(func() {
-		logOnFailure(t, "redis", r.LogPath())
-		if err := r.Kill(); err != nil {
-			t.Errorf("testenv: %v", err)
-		}
-	})
+	stopWhenDone(t, "redis", r.LogPath(), r.Kill)
 
 	if opts.Mosquitto {
-		m, err := servers.StartMosquitto(filepath.Join(dir, "mosquitto"), servers.MosquittoOptions{})
+		m, err := servers.StartMosquitto(filepath.Join(dir, "mosquitto"), mopts)
 		if err != nil {
 			t.Fatalf("testenv: %v", err)
 		}
 		env.Mosquitto = m
-		t.Cleanup(func() {
-			logOnFailure(t, "mosquitto", m.LogPath())
-			if err := m.Kill(); err != nil {
-				t.Errorf("testenv: %v", err)
-			}
-		})
+		stopWhenDone(t, "mosquitto", m.LogPath(), m.Kill)
 	}
 
 	if opts.NATS || opts.NATSMQTT {
-		n, err := servers.StartNATS(filepath.Join(dir, "nats"), servers.NATSOptions{JetStream: true, MQTT: opts.NATSMQTT})
+		n, err := servers.StartNATS(filepath.Join(dir, "nats"), nopts)
 		if err != nil {
 			t.Fatalf("testenv: %v", err)
 		}
 		env.NATS = n
-		t.Cleanup(func() {
-			logOnFailure(t, "nats", n.LogPath())
-			n.Shutdown()
-		})
+		stopWhenDone(t, "nats", n.LogPath(), func() error { n.Shutdown(); return nil })
 	}
 	return env
+}
+
+// makeCerts writes a throwaway CA and server certificate into dir, keeps the files and a client
+// configuration in env, and returns the servers' configuration.
+func (env *Env) makeCerts(t testing.TB, dir string) *tls.Config {
+	t.Helper()
+	certs, err := servers.WriteTestCerts(dir)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	env.Certs = certs
+	if env.ClientTLS, err = certs.ClientTLS(); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	serverTLS, err := certs.ServerTLS()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return serverTLS
 }
 
 // RedisCluster starts a Redis Cluster of masters nodes (at least 3) without replicas, stopped
@@ -95,21 +140,15 @@ func RedisCluster(t testing.TB, masters int) *servers.RedisCluster {
 	return c
 }
 
-// WaitFor polls cond every 10ms until it returns true, and fails the test if that takes longer
-// than timeout. what completes the sentence "timed out waiting for ...". It must be called from
-// the test's goroutine.
-func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-			return
+// stopWhenDone stops a server with stop when the test ends, after writing the end of its log to
+// the test log if the test failed.
+func stopWhenDone(t testing.TB, name, logPath string, stop func() error) {
+	t.Cleanup(func() {
+		logOnFailure(t, name, logPath)
+		if err := stop(); err != nil {
+			t.Errorf("testenv: %v", err)
 		}
-		<-tick.C
-	}
+	})
 }
 
 // logOnFailure writes the end of a server's log to the test log if the test failed, since the
@@ -119,4 +158,45 @@ func logOnFailure(t testing.TB, name, path string) {
 		return
 	}
 	t.Logf("testenv: end of %s log %s:\n%s", name, path, servers.LogTail(path))
+}
+
+// Store returns a shard store on env's Redis whose keys start with prefix, on a Redis client of
+// its own that is closed when the test ends.
+func (env *Env) Store(t testing.TB, prefix string) *shard.Store {
+	t.Helper()
+	return storeOn(t, []string{env.Redis.Addr}, env.Redis.Password, prefix)
+}
+
+// StoreOn is Env.Store on the Redis at addrs: a Redis Cluster's nodes, say.
+func StoreOn(t testing.TB, addrs []string, prefix string) *shard.Store {
+	t.Helper()
+	return storeOn(t, addrs, "", prefix)
+}
+
+func storeOn(t testing.TB, addrs []string, password, prefix string) *shard.Store {
+	t.Helper()
+	s, err := shard.Dial(shard.RedisConfig{Addrs: addrs, Password: password, Prefix: prefix})
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Conn returns a connection to env's NATS with opts, closed when the test ends. The test must
+// have asked for NATS.
+func (env *Env) Conn(t testing.TB, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	if env.NATS == nil {
+		t.Fatalf("testenv: Conn without NATS: set Options.NATS")
+	}
+	if env.Secure != nil {
+		opts = append([]nats.Option{nats.Secure(env.ClientTLS), nats.UserInfo(env.Secure.User, env.Secure.Password)}, opts...)
+	}
+	nc, err := nats.Connect(env.NATS.URL, opts...)
+	if err != nil {
+		t.Fatalf("testenv: connect to %s: %v", env.NATS.URL, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }

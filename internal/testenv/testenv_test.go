@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,23 +74,33 @@ func TestWaitForReturnsOnceTrue(t *testing.T) {
 	}
 }
 
-// recorder is a testing.TB whose Fatalf records the message instead of ending the goroutine.
-type recorder struct {
+// fakeT is a testing.TB whose Fatalf and Errorf record the message instead of ending or failing
+// the test.
+type fakeT struct {
 	testing.TB
+	mu  sync.Mutex
 	msg string
 }
 
-func (r *recorder) Helper() {}
-func (r *recorder) Fatalf(format string, args ...any) {
+func (r *fakeT) Helper() {}
+func (r *fakeT) Fatalf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.msg = fmt.Sprintf(format, args...)
+}
+func (r *fakeT) Errorf(format string, args ...any) { r.Fatalf(format, args...) }
+func (r *fakeT) message() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.msg
 }
 
 func TestWaitForFailsWithWhatItWaitedFor(t *testing.T) {
-	r := &recorder{TB: t}
+	r := &fakeT{TB: t}
 	start := time.Now()
 	testenv.WaitFor(r, 50*time.Millisecond, "Godot", func() bool { return false })
-	if want := "timed out after 50ms waiting for Godot"; r.msg != want {
-		t.Errorf("got %q, want %q", r.msg, want)
+	if want := "timed out after 50ms waiting for Godot"; r.message() != want {
+		t.Errorf("got %q, want %q", r.message(), want)
 	}
 	if d := time.Since(start); d < 50*time.Millisecond {
 		t.Errorf("WaitFor gave up after %v, before its 50ms timeout", d)
