@@ -144,16 +144,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		}
 	}
 	if cfg.hasRole("scanner") {
-		// The alarm's repeat scanner registers the same metrics with
-		// family="repeats".
-		sreg := prometheus.WrapRegistererWith(prometheus.Labels{"family": "deadlines"}, a.reg)
 		if a.scanRC, err = newRedis(); err != nil {
 			return nil, err
 		}
 		a.sc, err = scanner.New(scanner.Options{
 			Replica: replicaID(), LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll,
 			Batch: cfg.Scanner.Batch, Thresholds: a.thr,
-		}, shard.NewStore(a.scanRC, a.store.Keys()), a.topo, a.pub, sreg, log.With("role", "scanner"))
+		}, shard.NewStore(a.scanRC, a.store.Keys()), a.topo, a.pub, a.reg, log.With("role", "scanner"))
 		if err != nil {
 			return nil, err
 		}

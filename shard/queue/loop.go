@@ -201,4 +201,3 @@ func (b *backoff) next() time.Duration {
 }
 
 func (b *backoff) reset() { b.d = 0 }
-
