@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -262,42 +261,10 @@ func (r *recorder) lostOf(id string) []dispatch.Lost {
 }
 
 // checkNoLeak fails if a goroutine started by a Scanner or its engine is
-// still running.
-// Call it after every scanner of the test has stopped.
+// still running. Call it after every scanner of the test has stopped.
 func checkNoLeak(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var leaked []string
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "sigwatch/scanner.(*Scanner)") || strings.Contains(g, "sigwatch/scanner.(*lost)") ||
-				strings.Contains(g, "sigwatch/shard/queue.") {
-				leaked = append(leaked, g)
-			}
-		}
-		if len(leaked) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("got %d scanner goroutines after Run returned, want 0:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// value reads a counter or gauge.
-func value(c prometheus.Metric) float64 {
-	var m dto.Metric
-	c.Write(&m)
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	}
-	return 0
+	testenv.CheckNoLeak(t, 2*time.Second, "sigwatch/scanner.(*Scanner)", "sigwatch/scanner.(*lost)", "sigwatch/shard/queue.")
 }
 
 // metric reads the counter or gauge name of s's registry whose labels
@@ -321,12 +288,7 @@ func (h *harness) metric(s *Scanner, name string, labels ...string) float64 {
 					continue metrics
 				}
 			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			}
+			return m.GetCounter().GetValue() + m.GetGauge().GetValue() // one of them is nil
 		}
 	}
 	return 0
@@ -423,7 +385,7 @@ func TestFiresOnceNeverEarly(t *testing.T) {
 	if err != nil || devs[0].LostDeadline != want["dev-000"] {
 		t.Errorf("registry of dev-000: got %+v (%v), want lost at %d", devs, err, want["dev-000"])
 	}
-	if got := value(s.m.lost); got != n {
+	if got := h.metric(s, "sigwatch_scanner_lost_total"); got != n {
 		t.Errorf("lost_total = %v, want %d", got, n)
 	}
 	if c := observations(t, reg, "sigwatch_scanner_fire_lag_seconds"); c != n {
@@ -762,7 +724,7 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 		es = append(es, shard.Entry{ID: fmt.Sprintf("dev-%02d", k), Deadline: time.Now().Add(50 * time.Millisecond).UnixMilli()})
 	}
 	h.add(es...)
-	testenv.WaitFor(t, 5*time.Second, "publish errors", func() bool { return value(s.m.publishErrors) > 0 })
+	testenv.WaitFor(t, 5*time.Second, "publish errors", func() bool { return h.metric(s, "sigwatch_scanner_publish_errors_total") > 0 })
 	for _, e := range es {
 		if sc, ok := h.score(e.ID); !ok || sc != e.Deadline {
 			t.Errorf("%s: got score %d (present %v) during the outage, want %d kept", e.ID, sc, ok, e.Deadline)
@@ -783,5 +745,5 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 	if msgs, distinct := h.streamLost(); msgs != n || len(distinct) != n {
 		t.Errorf("stream holds %d lost messages with %d distinct ids, want %d and %d", msgs, len(distinct), n, n)
 	}
-	t.Logf("publish errors during the outage: %v", value(s.m.publishErrors))
+	t.Logf("publish errors during the outage: %v", h.metric(s, "sigwatch_scanner_publish_errors_total"))
 }

@@ -3,8 +3,6 @@ package queue
 import (
 	"context"
 	"errors"
-	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -64,9 +62,11 @@ func (h *harness) score(id string) (int64, bool) {
 	return sc, ok
 }
 
-// run starts an engine with handler hd and returns the function that stops
-// it and waits for Run to return.
-func (h *harness) run(hd Handler, mod func(*Options)) (stop func()) {
+// runUntil runs an engine with handler hd (options changed by mod) until
+// cond holds, then stops it, waits for Run to return and checks that none
+// of its goroutines is left.
+func (h *harness) runUntil(hd Handler, mod func(*Options), what string, cond func() bool) {
+	h.t.Helper()
 	opts := Options{Replica: "a", Family: shard.Deadlines, LeaseTTL: time.Second, Rebalance: 100 * time.Millisecond,
 		Poll: 10 * time.Millisecond}
 	if mod != nil {
@@ -77,24 +77,15 @@ func (h *harness) run(hd Handler, mod func(*Options)) (stop func()) {
 		h.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(h.ctx)
-	errc := make(chan error, 1)
-	go func() { errc <- e.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-errc:
-				if err != nil {
-					h.t.Errorf("Run returned %v, want nil", err)
-				}
-			case <-time.After(10 * time.Second):
-				h.t.Errorf("Run did not return within 10s of cancellation")
-			}
-		})
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- e.Run(ctx) }()
+	testenv.WaitFor(h.t, 5*time.Second, what, cond)
+	cancel()
+	if err := <-ran; err != nil {
+		h.t.Errorf("Run returned %v, want nil", err)
 	}
-	h.t.Cleanup(stop)
-	return stop
+	testenv.CheckNoLeak(h.t, 2*time.Second, "sigwatch/shard/queue.")
 }
 
 // handler is a test Handler: fire decides each batch; revived records what
@@ -121,30 +112,6 @@ func (h *handler) Revived(_ context.Context, fired, revived shard.Entry) error {
 	return nil
 }
 
-// checkNoLeak fails if a goroutine of the engine is still running.
-func checkNoLeak(t *testing.T) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var leaked []string
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "sigwatch/shard/queue.(*Engine)") || strings.Contains(g, "sigwatch/shard/queue.parallel") ||
-				strings.Contains(g, "sigwatch/shard/queue.(*watermark)") {
-				leaked = append(leaked, g)
-			}
-		}
-		if len(leaked) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("got %d engine goroutines after Run returned, want 0:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestHandlerSettlesWhatItHandled proves the settle of a batch: what the
 // handler handled is removed, what it moved is re-scored, and it is called
 // once for the batch.
@@ -167,14 +134,11 @@ func TestHandlerSettlesWhatItHandled(t *testing.T) {
 		}
 		return handled, moves, nil
 	}}
-	stop := h.run(hd, nil)
-	testenv.WaitFor(t, 3*time.Second, "the batch to be settled", func() bool {
+	h.runUntil(hd, nil, "the batch to be settled", func() bool {
 		_, present := h.score("done")
 		sc, _ := h.score("again")
 		return !present && sc == later
 	})
-	stop()
-	checkNoLeak(t)
 	if got := calls.Load(); got != 1 {
 		t.Errorf("Fire called %d times, want 1", got)
 	}
@@ -197,14 +161,11 @@ func TestUnhandledEntriesStayAndAreRetried(t *testing.T) {
 		}
 		return b.Due, nil, nil
 	}}
-	stop := h.run(hd, nil)
-	testenv.WaitFor(t, 5*time.Second, "both entries handled on the third offer", func() bool {
+	h.runUntil(hd, nil, "both entries handled on the third offer", func() bool {
 		_, x := h.score("x")
 		_, y := h.score("y")
 		return !x && !y
 	})
-	stop()
-	checkNoLeak(t)
 	if got := calls.Load(); got != 3 {
 		t.Errorf("Fire called %d times, want 3 (refused, left, handled)", got)
 	}
@@ -220,20 +181,18 @@ func TestRevivedToldOfHandledEntries(t *testing.T) {
 	h.add(shard.Entry{ID: "dev", Deadline: due})
 	hd := &handler{fire: func(b Batch) ([]shard.Entry, []shard.Move, error) { return b.Due, nil, nil }}
 	var resets atomic.Int32
-	stop := h.run(hd, func(o *Options) {
+	afterFire := func(o *Options) {
 		o.AfterFire = func(int) {
 			if resets.Add(1) == 1 {
 				h.add(shard.Entry{ID: "dev", Deadline: reset})
 			}
 		}
-	})
-	testenv.WaitFor(t, 3*time.Second, "Revived to be called", func() bool {
+	}
+	h.runUntil(hd, afterFire, "Revived to be called", func() bool {
 		hd.mu.Lock()
 		defer hd.mu.Unlock()
 		return len(hd.revived) > 0
 	})
-	stop()
-	checkNoLeak(t)
 	want := [2]shard.Entry{{ID: "dev", Deadline: due}, {ID: "dev", Deadline: reset}}
 	if len(hd.revived) != 1 || hd.revived[0] != want {
 		t.Errorf("Revived told %v, want [%v]", hd.revived, want)
