@@ -16,14 +16,14 @@
 //
 // Repeat timers are not goroutines: they live in a second instance of the
 // sharded delay queue (shard.Keys.Alarm, family shard.Repeats) with its own
-// topology and leases, fired by a scanner.Scanner whose Fire hook is the
-// alarm's. Its claims are bounded by the ingest watermark, so a repeat
-// fires only when "has the device signalled again?" can be answered.
+// topology and leases, run by a shard/queue engine with the alarm's
+// handler (repeat.go). Its claims are bounded by the ingest watermark, so a
+// repeat fires only when "has the device signalled again?" can be answered.
 //
-// Goroutines and their owners: Run owns the repeat scanner, the event
+// Goroutines and their owners: Run owns the repeat timers' engine, the event
 // consumer with its handlers, and the gauge counter. On shutdown the
 // consumer stops taking events and finishes those in hand, then the
-// scanner finishes its in-flight batch, then Run returns.
+// engine finishes its in-flight batch, then Run returns.
 package alarm
 
 import (
@@ -39,16 +39,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sigwatch/sigwatch/dispatch"
-	"github.com/sigwatch/sigwatch/scanner"
 	"github.com/sigwatch/sigwatch/shard"
+	"github.com/sigwatch/sigwatch/shard/queue"
 )
 
 // Options configure the alarms. Zero values select the defaults given.
 type Options struct {
 	Policy Policy // default: 5m interval, no backoff, 1h cap, unlimited repeats, flapping at >5 in 10m, stable after 10m
 
-	// Replica names this process among the repeat scanners (unique, like
-	// the deadline scanner's). Required by Run; a process that only serves
+	// Replica names this process among the repeat timers' engines (unique,
+	// like the deadline scanner's). Required by Run; a process that only serves
 	// the API (Ack, Remove, mutes) leaves it empty.
 	Replica string
 	// Stream is the JetStream stream of the events, default "SIGWATCH".
@@ -63,14 +63,14 @@ type Options struct {
 	// claimed batch, default 32.
 	Workers int
 
-	// The repeat scanner's lease time, rebalance period, poll bound and
-	// claim limit (see scanner.Options), defaults 5s, 500ms, 20ms, 256.
+	// The repeat timers' lease time, rebalance period, poll bound and claim
+	// limit (see queue.Options), defaults 5s, 500ms, 20ms, 256.
 	LeaseTTL  time.Duration
 	Rebalance time.Duration
 	Poll      time.Duration
 	Batch     int
-	// DrainCheck is the repeat scanner's drain period during a doubling of
-	// the timers, default 5s.
+	// DrainCheck is the repeat timers' drain period during a doubling of
+	// them, default 5s.
 	DrainCheck time.Duration
 
 	// CountEvery is the period of the active gauges' count, default 10s.
@@ -125,7 +125,7 @@ type Alarms struct {
 	pub    *dispatch.Publisher
 	log    *slog.Logger
 	m      *metrics
-	sc     *scanner.Scanner // nil without Options.Replica
+	engine *queue.Engine // the repeat timers' engine, nil without Options.Replica
 
 	running atomic.Bool
 }
@@ -144,28 +144,21 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, timers *shard.St
 	case pub.Mode() != dispatch.JetStream:
 		return nil, errors.New("alarm: alarms need nats.mode jetstream: they consume the lost and recovered events from the stream")
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
+	log = cmp.Or(log, slog.New(slog.DiscardHandler))
+	reg = cmp.Or(reg, prometheus.Registerer(prometheus.NewRegistry()))
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
 	a := &Alarms{opts: opts, store: store, topo: topo, timers: timers, rtopo: timerTopo, pub: pub, log: log, m: m}
 	if opts.Replica != "" {
-		// The repeat scanner's metrics are the deadline scanner's, told
-		// apart by a family label.
-		sreg := prometheus.WrapRegistererWith(prometheus.Labels{"family": "repeats"}, reg)
-		a.sc, err = scanner.New(scanner.Options{
-			Replica: opts.Replica, Family: shard.Repeats, Fire: a.fire, Watermark: store,
+		a.engine, err = queue.New(queue.Options{
+			Replica: opts.Replica, Family: shard.Repeats, Name: "repeats", Watermark: store,
 			LeaseTTL: opts.LeaseTTL, Rebalance: opts.Rebalance, Poll: opts.Poll, Batch: opts.Batch,
 			DrainCheck: opts.DrainCheck, Now: opts.Now,
-		}, timers, timerTopo, nil, sreg, log.With("queue", "repeats"))
+		}, timers, timerTopo, repeats{a}, reg, log.With("queue", "repeats"))
 		if err != nil {
-			return nil, fmt.Errorf("alarm: repeat scanner: %w", err)
+			return nil, fmt.Errorf("alarm: repeat timers: %w", err)
 		}
 	}
 	return a, nil
@@ -174,7 +167,7 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, timers *shard.St
 // Run handles lost and recovered events and fires repeat timers until ctx
 // is done. It needs Options.Replica and may be called once.
 func (a *Alarms) Run(ctx context.Context) error {
-	if a.sc == nil {
+	if a.engine == nil {
 		return errors.New("alarm: Run needs Options.Replica: give each process a unique replica id")
 	}
 	if !a.running.CompareAndSwap(false, true) {
@@ -187,19 +180,19 @@ func (a *Alarms) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	scanCtx, stopScan := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopScan()
+	timerCtx, stopTimers := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopTimers()
 	var wg sync.WaitGroup
-	scanErr := make(chan error, 1)
-	wg.Go(func() { scanErr <- a.sc.Run(scanCtx) })
-	wg.Go(func() { a.countLoop(scanCtx, a.sc.Owned, a.opts.CountEvery) })
+	timerErr := make(chan error, 1)
+	wg.Go(func() { timerErr <- a.engine.Run(timerCtx) })
+	wg.Go(func() { a.countLoop(timerCtx, a.engine.Owned, a.opts.CountEvery) })
 
 	err = a.consume(ctx, cons)
-	// Events first, then timers: the scanner finishes its in-flight batch.
-	stopScan()
+	// Events first, then timers: the engine finishes its in-flight batch.
+	stopTimers()
 	wg.Wait()
 	a.m.set(counts{})
-	return errors.Join(err, <-scanErr)
+	return errors.Join(err, <-timerErr)
 }
 
 // ErrNoAlarm is returned by Ack for a device without an open alarm.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -381,24 +380,7 @@ func gaps(gs []got) []time.Duration {
 // checkNoLeak fails if a goroutine of the alarm package is still running.
 func checkNoLeak(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var leaked []string
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "sigwatch/alarm.(*Alarms)") && !strings.Contains(g, "checkNoLeak") {
-				leaked = append(leaked, g)
-			}
-		}
-		if len(leaked) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("got %d alarm goroutines after Run returned, want 0:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.CheckNoLeak(t, 3*time.Second, "sigwatch/alarm.(*Alarms)")
 }
 
 func policy() Policy {

@@ -6,15 +6,22 @@ import (
 	"time"
 
 	"github.com/sigwatch/sigwatch/shard"
+	"github.com/sigwatch/sigwatch/shard/queue"
 )
 
-// fire is the repeat scanner's Fire hook: it wakes the alarm of each due
-// timer of shard i. A timer is only a wake-up call; the device's state
-// says what is due (a repeat, the end of an ack or of flapping, a pending
-// notification) and when the timer must fire next. A timer that fires
-// early is moved to that time, one whose alarm has nothing left to do is
-// removed, and one that could not be handled stays and is claimed again.
-func (a *Alarms) fire(ctx context.Context, i int, due []shard.Entry, now time.Time) (handled []shard.Entry, moves []shard.Move) {
+// repeats is the repeat timers' queue.Handler.
+type repeats struct{ a *Alarms }
+
+var _ queue.Handler = repeats{}
+
+// Fire wakes the alarm of each due timer of b.Shard. A timer is only a
+// wake-up call; the device's state says what is due (a repeat, the end of
+// an ack or of flapping, a pending notification) and when the timer must
+// fire next. A timer that fires early is moved to that time, one whose
+// alarm has nothing left to do is removed, and one that could not be
+// handled stays and is claimed again (the engine backs off).
+func (r repeats) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, moves []shard.Move, err error) {
+	a, i, due, now := r.a, b.Shard, b.Due, b.Now
 	type fate struct {
 		remove bool
 		move   int64
@@ -45,8 +52,19 @@ func (a *Alarms) fire(ctx context.Context, i int, due []shard.Entry, now time.Ti
 			moves = append(moves, shard.Move{ID: due[j].ID, From: due[j].Deadline, To: f.move})
 		}
 	}
-	return handled, moves
+	return handled, moves, nil
 }
+
+// Fired reports no fire: what a wake does is decided by the device's alarm
+// state, which each transition changes with a compare-and-set, so waking
+// an alarm from a stale copy of its timer does nothing twice.
+func (repeats) Fired(_ context.Context, ids []string) ([]int64, error) {
+	return make([]int64, len(ids)), nil
+}
+
+// Revived needs nothing: a timer re-armed between claim and settle stays
+// as armed.
+func (repeats) Revived(context.Context, shard.Entry, shard.Entry) error { return nil }
 
 // wake handles one due timer e of shard i and says what becomes of it:
 // removed, or moved to move. Both are compare-and-set on its claimed score,

@@ -310,11 +310,18 @@ func (h *harness) doublingScanner(replica string) (*Scanner, *prometheus.Registr
 	})
 }
 
-func crossings(ss ...*Scanner) map[string]float64 {
+// Outcomes of the crossing rule, the label of crossing_total.
+const (
+	crossStale = "stale"
+	crossElse  = "fired_elsewhere"
+	crossFire  = "fire"
+)
+
+func (h *harness) crossings(ss ...*Scanner) map[string]float64 {
 	out := map[string]float64{}
 	for _, s := range ss {
 		for _, o := range []string{crossStale, crossElse, crossFire} {
-			out[o] += value(s.m.crossing.WithLabelValues(o))
+			out[o] += h.metric(s, "sigwatch_scanner_crossing_total", "outcome", o)
 		}
 	}
 	return out
@@ -350,7 +357,7 @@ func runDoublings(t *testing.T, h *harness, devices int, lags []time.Duration) (
 	if cur, _ := h.store.Topology(h.ctx); cur.Shards != 4*h.shards || cur.Prev != 0 || cur.Epoch != 5 {
 		t.Errorf("final topology %+v, want %d shards, not draining, epoch 5", cur, 4*h.shards)
 	}
-	t.Logf("%d devices, %d silenced; crossing outcomes %v", devices, len(want), crossings(a, b))
+	t.Logf("%d devices, %d silenced; crossing outcomes %v", devices, len(want), h.crossings(a, b))
 	return views, []*Scanner{a, b}, finished
 }
 
@@ -361,7 +368,7 @@ func runDoublings(t *testing.T, h *harness, devices int, lags []time.Duration) (
 func TestDoublingUnderLoad(t *testing.T) {
 	h := newHarness(t, 16)
 	_, ss, _ := runDoublings(t, h, 2000, []time.Duration{0, 0, 0})
-	if c := crossings(ss...); c[crossFire] == 0 {
+	if c := h.crossings(ss...); c[crossFire] == 0 {
 		t.Errorf("crossing outcomes %v, want moved devices fired through the crossing rule", c)
 	}
 }
@@ -375,7 +382,7 @@ func TestDoublingWithLaggingWriter(t *testing.T) {
 	h := newHarness(t, 16)
 	const lag = 3 * time.Second
 	views, ss, finished := runDoublings(t, h, 2000, []time.Duration{0, lag, 0})
-	if c := crossings(ss...); c[crossStale] == 0 {
+	if c := h.crossings(ss...); c[crossStale] == 0 {
 		t.Errorf("crossing outcomes %v, want stale copies dropped", c)
 	}
 	for k, n := range []int{32, 64} {
@@ -480,7 +487,7 @@ func TestDoublingWithReplicasDyingAndJoining(t *testing.T) {
 	l.stop()
 	checkNoLeak(t)
 	checkLost(t, h, want, l.written())
-	t.Logf("%d silenced; crossing outcomes %v", len(want), crossings(scanners["a"], scanners["c"], scanners["d"]))
+	t.Logf("%d silenced; crossing outcomes %v", len(want), h.crossings(scanners["a"], scanners["c"], scanners["d"]))
 }
 
 // oneOwnerEach reports whether each of n shards is leased by exactly one of

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -39,6 +38,7 @@ type harness struct {
 	js     jetstream.JetStream
 	shards int
 	events *recorder
+	regs   map[*Scanner]*prometheus.Registry // each scanner's metrics
 }
 
 func newHarness(t *testing.T, shards int) *harness {
@@ -88,7 +88,7 @@ func newHarnessOn(t *testing.T, shards int, addrs []string) *harness {
 		t.Fatal(err)
 	}
 	return &harness{t: t, ctx: ctx, env: env, store: store, topo: topo, thr: shard.NewThresholds(store, threshold, nil),
-		pub: pub, js: js, shards: shards, events: rec}
+		pub: pub, js: js, shards: shards, events: rec, regs: map[*Scanner]*prometheus.Registry{}}
 }
 
 // scanner returns a scanner with test timings, its metrics registry, and
@@ -106,6 +106,7 @@ func (h *harness) scanner(replica string, mod func(*Options)) (*Scanner, *promet
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	h.regs[s] = reg
 	return s, reg
 }
 
@@ -259,39 +260,36 @@ func (r *recorder) lostOf(id string) []dispatch.Lost {
 	return out
 }
 
-// checkNoLeak fails if a goroutine started by a Scanner is still running.
-// Call it after every scanner of the test has stopped.
+// checkNoLeak fails if a goroutine started by a Scanner or its engine is
+// still running. Call it after every scanner of the test has stopped.
 func checkNoLeak(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var leaked []string
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "sigwatch/scanner.(*Scanner)") || strings.Contains(g, "sigwatch/scanner.parallel") {
-				leaked = append(leaked, g)
-			}
-		}
-		if len(leaked) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("got %d scanner goroutines after Run returned, want 0:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.CheckNoLeak(t, 2*time.Second, "sigwatch/scanner.(*Scanner)", "sigwatch/scanner.(*lost)", "sigwatch/shard/queue.")
 }
 
-// value reads a counter or gauge.
-func value(c prometheus.Metric) float64 {
-	var m dto.Metric
-	c.Write(&m)
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
+// metric reads the counter or gauge name of s's registry whose labels
+// include the given name/value pairs; 0 if there is none.
+func (h *harness) metric(s *Scanner, name string, labels ...string) float64 {
+	h.t.Helper()
+	mfs, err := h.regs[s].Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.Metric {
+			for k := 0; k+1 < len(labels); k += 2 {
+				if !slices.ContainsFunc(m.Label, func(l *dto.LabelPair) bool {
+					return l.GetName() == labels[k] && l.GetValue() == labels[k+1]
+				}) {
+					continue metrics
+				}
+			}
+			return m.GetCounter().GetValue() + m.GetGauge().GetValue() // one of them is nil
+		}
 	}
 	return 0
 }
@@ -387,7 +385,7 @@ func TestFiresOnceNeverEarly(t *testing.T) {
 	if err != nil || devs[0].LostDeadline != want["dev-000"] {
 		t.Errorf("registry of dev-000: got %+v (%v), want lost at %d", devs, err, want["dev-000"])
 	}
-	if got := value(s.m.lost); got != n {
+	if got := h.metric(s, "sigwatch_scanner_lost_total"); got != n {
 		t.Errorf("lost_total = %v, want %d", got, n)
 	}
 	if c := observations(t, reg, "sigwatch_scanner_fire_lag_seconds"); c != n {
@@ -432,7 +430,7 @@ func TestResetBetweenClaimAndSettleSurvives(t *testing.T) {
 	if devs[0].LostDeadline != 0 {
 		t.Errorf("registry lost mark %d, want cleared", devs[0].LostDeadline)
 	}
-	if got := value(s.m.revived); got != 1 {
+	if got := h.metric(s, "sigwatch_scanner_revived_total"); got != 1 {
 		t.Errorf("revived_total = %v, want 1", got)
 	}
 }
@@ -487,7 +485,7 @@ func TestStolenLeaseChangesNothing(t *testing.T) {
 	if got := h.events.lostOf("late"); len(got) != 0 {
 		t.Errorf("late fired %d times by a scanner without the lease, want 0", len(got))
 	}
-	if got := value(s.m.leaseLost); got != 1 {
+	if got := h.metric(s, "sigwatch_scanner_lease_lost_total"); got != 1 {
 		t.Errorf("lease_lost_total = %v, want 1", got)
 	}
 	if v, _ := h.store.Owner(h.ctx, 0); v != thief.Value {
@@ -636,7 +634,7 @@ func TestOutageDefersInsteadOfFiring(t *testing.T) {
 			t.Errorf("%s fired although its silence overlapped the outage: %+v", id, got)
 		}
 	}
-	if got := value(s.m.deferred); got != 2 {
+	if got := h.metric(s, "sigwatch_scanner_deferred_total"); got != 2 {
 		t.Errorf("deferred_total = %v, want 2", got)
 	}
 
@@ -729,7 +727,7 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 		es = append(es, shard.Entry{ID: fmt.Sprintf("dev-%02d", k), Deadline: time.Now().Add(50 * time.Millisecond).UnixMilli()})
 	}
 	h.add(es...)
-	testenv.WaitFor(t, 5*time.Second, "publish errors", func() bool { return value(s.m.publishErrors) > 0 })
+	testenv.WaitFor(t, 5*time.Second, "publish errors", func() bool { return h.metric(s, "sigwatch_scanner_publish_errors_total") > 0 })
 	for _, e := range es {
 		if sc, ok := h.score(e.ID); !ok || sc != e.Deadline {
 			t.Errorf("%s: got score %d (present %v) during the outage, want %d kept", e.ID, sc, ok, e.Deadline)
@@ -750,47 +748,5 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 	if msgs, distinct := h.streamLost(); msgs != n || len(distinct) != n {
 		t.Errorf("stream holds %d lost messages with %d distinct ids, want %d and %d", msgs, len(distinct), n, n)
 	}
-	t.Logf("publish errors during the outage: %v", value(s.m.publishErrors))
-}
-
-// TestFireHookSettlesWhatItHandled proves the Fire option: a batch goes to
-// Fire instead of lost-event publishing, what it handled is removed, what it
-// moved is re-scored, and nothing is published.
-func TestFireHookSettlesWhatItHandled(t *testing.T) {
-	h := newHarness(t, 1)
-	h.advanceWatermark()
-	due := time.Now().Add(-10 * time.Millisecond).UnixMilli()
-	later := time.Now().Add(time.Hour).UnixMilli()
-	h.add(shard.Entry{ID: "done", Deadline: due}, shard.Entry{ID: "again", Deadline: due})
-	var calls atomic.Int32
-	s, _ := h.scanner("a", func(o *Options) {
-		o.Family = shard.Deadlines
-		o.Fire = func(ctx context.Context, i int, es []shard.Entry, now time.Time) ([]shard.Entry, []shard.Move) {
-			calls.Add(1)
-			var handled []shard.Entry
-			var moves []shard.Move
-			for _, e := range es {
-				if e.ID == "again" {
-					moves = append(moves, shard.Move{ID: e.ID, From: e.Deadline, To: later})
-				} else {
-					handled = append(handled, e)
-				}
-			}
-			return handled, moves
-		}
-	})
-	stop := h.run(s)
-	testenv.WaitFor(t, 3*time.Second, "the batch to be settled", func() bool {
-		_, present := h.score("done")
-		sc, _ := h.score("again")
-		return !present && sc == later
-	})
-	stop()
-	checkNoLeak(t)
-	if got := calls.Load(); got != 1 {
-		t.Errorf("Fire called %d times, want 1", got)
-	}
-	if got := h.events.lostEvents(); len(got) != 0 {
-		t.Errorf("got %d lost events with a Fire hook, want 0", len(got))
-	}
+	t.Logf("publish errors during the outage: %v", h.metric(s, "sigwatch_scanner_publish_errors_total"))
 }

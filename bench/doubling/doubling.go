@@ -1,6 +1,6 @@
 // Package doubling measures what a shard doubling costs the write path:
 // the deadline-write throughput of ingest-like writers before, during and
-// after a doubling, on a live Redis, with a scanner draining the old shards.
+// after a doubling, on a live Redis, with a timer engine (shard/queue) draining the old shards.
 // The bench harness calls Measure; its test runs it small.
 //
 // The writers do what ingest does per flush: place a batch by the topology
@@ -10,7 +10,7 @@
 // that registry write is most of the dip.
 //
 // Goroutines: Measure owns every goroutine it starts (writers, their epoch
-// reporter, the topology watcher, the watermark and the scanner) and stops
+// reporter, the topology watcher, the watermark and the engine) and stops
 // them before it returns, writers first.
 package doubling
 
@@ -24,8 +24,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sigwatch/sigwatch/scanner"
 	"github.com/sigwatch/sigwatch/shard"
+	"github.com/sigwatch/sigwatch/shard/queue"
 )
 
 // Options size a measurement.
@@ -126,18 +126,15 @@ func Measure(ctx context.Context, opts Options) (Result, error) {
 	wg.Go(func() { advanceWatermark(runCtx, store) })
 
 	var fired atomic.Int64
-	sc, err := scanner.New(scanner.Options{
+	eng, err := queue.New(queue.Options{
 		Replica:    "doubling-bench-" + strconv.FormatInt(time.Now().UnixNano(), 36),
+		Family:     shard.Deadlines,
 		DrainCheck: 500 * time.Millisecond,
-		Fire: func(_ context.Context, _ int, due []shard.Entry, _ time.Time) ([]shard.Entry, []shard.Move) {
-			fired.Add(int64(len(due)))
-			return due, nil
-		},
-	}, store, topo, nil, nil, nil)
+	}, store, topo, counter{&fired}, nil, nil)
 	if err != nil {
 		return Result{}, fmt.Errorf("doubling: %w", err)
 	}
-	wg.Go(func() { _ = sc.Run(runCtx) })
+	wg.Go(func() { _ = eng.Run(runCtx) })
 
 	w := shard.NewWriter(store, "doubling-bench", topo.Current, topo.Refresh)
 	wg.Go(func() { w.Run(runCtx, nil, nil) })
@@ -266,7 +263,7 @@ func write(ctx context.Context, store *shard.Store, w *shard.Writer, ids []strin
 	return nil
 }
 
-// advanceWatermark plays ingest's watermark, so the scanner claims.
+// advanceWatermark plays ingest's watermark, so the engine claims.
 func advanceWatermark(ctx context.Context, store *shard.Store) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -279,3 +276,18 @@ func advanceWatermark(ctx context.Context, store *shard.Store) {
 		}
 	}
 }
+
+// counter is the engine's handler in the measurement: it counts what fires
+// and removes it.
+type counter struct{ fired *atomic.Int64 }
+
+func (c counter) Fire(_ context.Context, b queue.Batch) ([]shard.Entry, []shard.Move, error) {
+	c.fired.Add(int64(len(b.Due)))
+	return b.Due, nil, nil
+}
+
+func (counter) Fired(_ context.Context, ids []string) ([]int64, error) {
+	return make([]int64, len(ids)), nil
+}
+
+func (counter) Revived(context.Context, shard.Entry, shard.Entry) error { return nil }

@@ -125,16 +125,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		}
 	}
 	if cfg.hasRole("scanner") {
-		// The alarm's repeat scanner registers the same metrics with
-		// family="repeats".
-		sreg := prometheus.WrapRegistererWith(prometheus.Labels{"family": "deadlines"}, a.reg)
 		if a.scanStore, err = shard.Dial(cfg.Redis); err != nil {
 			return nil, err
 		}
 		a.sc, err = scanner.New(scanner.Options{
 			Replica: replicaID(), LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll,
 			Batch: cfg.Scanner.Batch, Thresholds: a.thr,
-		}, a.scanStore, a.topo, a.pub, sreg, log.With("role", "scanner"))
+		}, a.scanStore, a.topo, a.pub, a.reg, log.With("role", "scanner"))
 		if err != nil {
 			return nil, err
 		}

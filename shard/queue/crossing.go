@@ -1,4 +1,4 @@
-package scanner
+package queue
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 )
 
 // crossing returns the shard counts a claimed batch must be checked across:
-// the drain of the topology the scanner knows (prev, shards), or, while a
-// doubling is published that the scanner has not seen yet (the shard's
+// the drain of the topology the engine knows (prev, shards), or, while a
+// doubling is published that the engine has not seen yet (the shard's
 // layout is above the shard count it knows), the count it knows and the
 // layout. A check across counts where nothing moved is wasted, never wrong:
 // the partner shard then holds nothing.
@@ -48,17 +48,17 @@ type movedEntry struct {
 // drops it when it falls due.
 //
 // The reads are ordered so that a fire elsewhere is never missed: the
-// partner's owner marks a device fired before it removes its copy, so a
-// copy seen absent is followed by a mark seen set, unless the device came
-// back meanwhile, which the second read of the partner sees. Invariant 3
+// partner's owner marks a device fired (Handler.Fired reads the mark)
+// before it removes its copy, so a copy seen absent is followed by a mark
+// seen set, unless the device came back meanwhile, which the second read of the partner sees. Invariant 3
 // across the crossing rests on that order.
-func (s *Scanner) cross(ctx context.Context, i, prev, cur int, due []shard.Entry) (fire, stale []shard.Entry, err error) {
+func (e *Engine) cross(ctx context.Context, i, prev, cur int, due []shard.Entry) (fire, stale []shard.Entry, err error) {
 	var moved []movedEntry
 	keep := make([]bool, len(due))
-	for j, e := range due {
+	for j, d := range due {
 		// An entry in neither its old nor its new shard cannot exist: the
 		// floors of the previous doubling refuse writers older than prev.
-		old, nw := shard.Of(e.ID, prev), shard.Of(e.ID, cur)
+		old, nw := shard.Of(d.ID, prev), shard.Of(d.ID, cur)
 		if old == nw || (i != old && i != nw) {
 			keep[j] = true
 			continue
@@ -81,18 +81,18 @@ func (s *Scanner) cross(ctx context.Context, i, prev, cur int, due []shard.Entry
 		for k, m := range ms {
 			ids[k], shards[k] = due[m.j].ID, m.partner
 		}
-		return s.store.Scores(ctx, s.opts.Family, shards, ids)
+		return e.store.Scores(ctx, e.opts.Family, shards, ids)
 	}
 
 	sc, present, err := scores(moved)
 	if err != nil {
-		return nil, nil, fmt.Errorf("scanner: shard %d: partner scores: %w", i, err)
+		return nil, nil, fmt.Errorf("queue: shard %d: partner scores: %w", i, err)
 	}
 	var candidates []movedEntry
 	for k, m := range moved {
 		if staleBy(m, sc[k], present[k]) {
 			stale = append(stale, due[m.j])
-			s.m.crossing.WithLabelValues(crossStale).Inc()
+			e.m.crossing.WithLabelValues(crossStale).Inc()
 			continue
 		}
 		candidates = append(candidates, m)
@@ -102,53 +102,33 @@ func (s *Scanner) cross(ctx context.Context, i, prev, cur int, due []shard.Entry
 		for k, m := range candidates {
 			ids[k] = due[m.j].ID
 		}
-		firedAt, err := s.fired(ctx, ids)
+		firedAt, err := e.h.Fired(ctx, ids)
 		if err != nil {
-			return nil, nil, fmt.Errorf("scanner: shard %d: %w", i, err)
+			return nil, nil, fmt.Errorf("queue: shard %d: %w", i, err)
 		}
 		sc, present, err := scores(candidates)
 		if err != nil {
-			return nil, nil, fmt.Errorf("scanner: shard %d: partner scores: %w", i, err)
+			return nil, nil, fmt.Errorf("queue: shard %d: partner scores: %w", i, err)
 		}
 		for k, m := range candidates {
 			switch {
 			case firedAt[k] >= due[m.j].Deadline:
 				stale = append(stale, due[m.j])
-				s.m.crossing.WithLabelValues(crossElse).Inc()
+				e.m.crossing.WithLabelValues(crossElse).Inc()
 			case staleBy(m, sc[k], present[k]):
 				stale = append(stale, due[m.j])
-				s.m.crossing.WithLabelValues(crossStale).Inc()
+				e.m.crossing.WithLabelValues(crossStale).Inc()
 			default:
 				keep[m.j] = true
-				s.m.crossing.WithLabelValues(crossFire).Inc()
+				e.m.crossing.WithLabelValues(crossFire).Inc()
 			}
 		}
 	}
 	fire = make([]shard.Entry, 0, len(due)-len(stale))
-	for j, e := range due {
+	for j, d := range due {
 		if keep[j] {
-			fire = append(fire, e)
+			fire = append(fire, d)
 		}
 	}
 	return fire, stale, nil
-}
-
-// fired returns, for each id, the latest deadline it was already fired at
-// (0 if none): Options.Fired, or for lost events the registry's lost mark.
-func (s *Scanner) fired(ctx context.Context, ids []string) ([]int64, error) {
-	if s.opts.Fired != nil {
-		return s.opts.Fired(ctx, ids)
-	}
-	out := make([]int64, len(ids))
-	if s.opts.Family != shard.Deadlines {
-		return out, nil
-	}
-	devs, err := s.store.Devices(ctx, ids)
-	if err != nil {
-		return nil, err
-	}
-	for j, d := range devs {
-		out[j] = d.LostDeadline
-	}
-	return out, nil
 }

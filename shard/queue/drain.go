@@ -1,4 +1,4 @@
-package scanner
+package queue
 
 import (
 	"context"
@@ -12,18 +12,18 @@ import (
 // drain performs the drain duties of this replica every DrainCheck while a
 // doubling drains, until ctx is done. Run owns the goroutine and waits for
 // it before it stops the shard loops.
-func (s *Scanner) drain(ctx context.Context) {
-	tick := time.NewTicker(s.opts.DrainCheck)
+func (e *Engine) drain(ctx context.Context) {
+	tick := time.NewTicker(e.opts.DrainCheck)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			s.m.drainMoved.Set(0)
+			e.m.drainMoved.Set(0)
 			return
 		case <-tick.C:
 		}
-		if err := s.drainStep(ctx); err != nil && ctx.Err() == nil {
-			s.warn.Warn("drain", "drain check failed; retrying", "err", err)
+		if err := e.drainStep(ctx); err != nil && ctx.Err() == nil {
+			e.warn.Warn("drain", "drain check failed; retrying", "err", err)
 		}
 	}
 }
@@ -35,62 +35,62 @@ func (s *Scanner) drain(ctx context.Context) {
 // drained. The owner of shard 0 then tries to end the doubling. Every duty
 // is idempotent, so a check by an owner that has just lost its lease is
 // harmless.
-func (s *Scanner) drainStep(ctx context.Context) error {
-	t := s.topo.Current()
+func (e *Engine) drainStep(ctx context.Context) error {
+	t := e.topo.Current()
 	var old []int
 	if t.Draining() {
-		for _, i := range s.Owned() {
+		for _, i := range e.Owned() {
 			if i < t.Prev {
 				old = append(old, i)
 			}
 		}
 	}
 	if len(old) == 0 {
-		s.m.drainMoved.Set(0)
+		e.m.drainMoved.Set(0)
 		return nil
 	}
-	now := s.opts.Now()
-	writers, err := s.store.Writers(ctx)
+	now := e.opts.Now()
+	writers, err := e.store.Writers(ctx)
 	if err != nil {
-		return fmt.Errorf("scanner: drain: %w", err)
+		return fmt.Errorf("queue: drain: %w", err)
 	}
 	current, lagging := shard.WritersCurrent(writers, t.Epoch, now)
 	if !current && now.Sub(time.UnixMilli(t.Since)) > shard.WriterTimeout {
-		s.warn.Warn("drain-lagging", "doubling waits for writers still on an older topology",
+		e.warn.Warn("drain-lagging", "doubling waits for writers still on an older topology",
 			"epoch", t.Epoch, "lagging", lagging)
 	}
 	var total int64
 	for _, i := range old {
 		if current {
-			if err := s.store.RaiseFloor(ctx, i, t.Epoch); err != nil {
-				return fmt.Errorf("scanner: drain: %w", err)
+			if err := e.store.RaiseFloor(ctx, i, t.Epoch); err != nil {
+				return fmt.Errorf("queue: drain: %w", err)
 			}
 		}
-		moved, err := s.store.CountMoved(ctx, i, t.Shards, false)
+		moved, err := e.store.CountMoved(ctx, i, t.Shards, false)
 		if err != nil {
-			return fmt.Errorf("scanner: drain: %w", err)
+			return fmt.Errorf("queue: drain: %w", err)
 		}
 		r := shard.DrainReport{Epoch: t.Epoch, Moved: moved, Floored: current, At: now.UnixMilli()}
-		if err := s.store.ReportDrain(ctx, i, r); err != nil {
-			return fmt.Errorf("scanner: drain: %w", err)
+		if err := e.store.ReportDrain(ctx, i, r); err != nil {
+			return fmt.Errorf("queue: drain: %w", err)
 		}
 		total += moved
 	}
-	s.m.drainMoved.Set(float64(total))
+	e.m.drainMoved.Set(float64(total))
 	if !slices.Contains(old, 0) {
 		return nil
 	}
-	done, err := s.store.FinishDoubling(ctx, t.Epoch, now)
+	done, err := e.store.FinishDoubling(ctx, t.Epoch, now)
 	if err != nil {
-		return fmt.Errorf("scanner: drain: %w", err)
+		return fmt.Errorf("queue: drain: %w", err)
 	}
 	if done {
-		s.log.Info("doubling finished: every old shard is drained", "shards", t.Shards, "from", t.Prev, "epoch", t.Epoch+1,
+		e.log.Info("doubling finished: every old shard is drained", "shards", t.Shards, "from", t.Prev, "epoch", t.Epoch+1,
 			"took", now.Sub(time.UnixMilli(t.Since)).Round(time.Second))
-		if _, err := s.topo.Refresh(ctx); err != nil {
-			return fmt.Errorf("scanner: drain: %w", err)
+		if _, err := e.topo.Refresh(ctx); err != nil {
+			return fmt.Errorf("queue: drain: %w", err)
 		}
-		s.m.drainMoved.Set(0)
+		e.m.drainMoved.Set(0)
 	}
 	return nil
 }

@@ -1,0 +1,188 @@
+package scanner
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/shard"
+	"github.com/sigwatch/sigwatch/shard/queue"
+)
+
+// family is the deadline family's name in the metrics' family label.
+const family = "deadlines"
+
+// lost is the deadline family's queue.Handler: a due deadline is a lost
+// device.
+type lost struct {
+	store *shard.Store
+	pub   *dispatch.Publisher
+	thr   *shard.Thresholds
+	m     *metrics
+	log   *slog.Logger
+}
+
+var _ queue.Handler = (*lost)(nil)
+
+// Fire publishes the lost events of b.Due, deferring the entries the outage
+// rule protects, and marks the published devices lost. It returns the
+// entries to remove (published and marked) and the deferrals. An error says
+// some entries were neither; they stay and are retried.
+func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, moves []shard.Move, err error) {
+	i, due := b.Shard, b.Due
+	ids := make([]string, len(due))
+	for j, e := range due {
+		ids[j] = e.ID
+	}
+	types, err := h.store.Types(ctx, ids)
+	if err != nil {
+		return nil, nil, fmt.Errorf("scanner: shard %d: %w", i, err)
+	}
+	firedAt := b.Now.UnixMilli()
+	msgs := make([]dispatch.Message, 0, len(due))
+	sent := make([]shard.Entry, 0, len(due))
+	for j, e := range due {
+		typ := types[j]
+		thr := h.thr.For(e.ID, typ)
+		if to, ok := deferral(e.Deadline, thr, b.Outages); ok {
+			moves = append(moves, shard.Move{ID: e.ID, From: e.Deadline, To: to})
+			continue
+		}
+		ev := dispatch.Lost{
+			ID:       dispatch.LostID(e.ID, e.Deadline),
+			Device:   e.ID,
+			Type:     typ,
+			Deadline: e.Deadline,
+			LastSeen: e.Deadline - thr.Milliseconds(),
+			FiredAt:  firedAt,
+			Shard:    i,
+		}
+		msg, err := dispatch.Encode(h.pub.Subjects.Lost(typ), ev.ID, ev)
+		if err != nil {
+			return nil, nil, fmt.Errorf("scanner: encode lost event: %w", err)
+		}
+		msgs = append(msgs, msg)
+		sent = append(sent, e)
+	}
+
+	errs := h.pub.Publish(ctx, msgs)
+	acked := make([]shard.Entry, 0, len(sent))
+	for j, e := range sent {
+		if errs[j] != nil {
+			h.m.publishErrors.Inc()
+			if err == nil {
+				err = fmt.Errorf("scanner: shard %d: %w", i, errs[j])
+			}
+			continue
+		}
+		acked = append(acked, e)
+	}
+
+	marked := h.store.MarkLostMulti(ctx, acked, firedAt)
+	handled = make([]shard.Entry, 0, len(acked))
+	for j, e := range acked {
+		if marked[j] != nil {
+			// Not removed: it is claimed and published again (JetStream drops
+			// the duplicate) until the mark is stored.
+			if err == nil {
+				err = fmt.Errorf("scanner: shard %d: %w", i, marked[j])
+			}
+			continue
+		}
+		handled = append(handled, e)
+		h.m.lost.Inc()
+		h.m.fireLag.Observe(float64(firedAt-e.Deadline) / 1e3)
+	}
+	return handled, moves, err
+}
+
+// deferral applies the outage rule (invariant 6): a device whose silence
+// window [deadline-threshold, deadline] overlaps a recorded ingest outage is
+// not declared lost; its deadline moves to a threshold after the last such
+// outage ended.
+func deferral(deadline int64, threshold time.Duration, outages []shard.Outage) (int64, bool) {
+	since := deadline - threshold.Milliseconds()
+	var to int64
+	for _, o := range outages {
+		if o.Start < deadline && o.End > since {
+			to = max(to, o.End+threshold.Milliseconds())
+		}
+	}
+	return to, to > 0
+}
+
+// Fired returns, for each id, the deadline its registry's lost mark holds
+// (0 if none): a device is marked lost before its entry is removed.
+func (h *lost) Fired(ctx context.Context, ids []string) ([]int64, error) {
+	devs, err := h.store.Devices(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(ids))
+	for j, d := range devs {
+		out[j] = d.LostDeadline
+	}
+	return out, nil
+}
+
+// Revived handles a fired deadline that a reset revived between claim and
+// settle: the device was declared lost and signalled again, so its lost
+// mark is cleared and, if this call cleared it, a recovered event goes out
+// with the type the mark was cleared from.
+// Each step is retried until it succeeds or ctx is done; the event's id
+// makes a repeat harmless.
+func (h *lost) Revived(ctx context.Context, fired, revived shard.Entry) error {
+	id := fired.ID
+	var (
+		dev     shard.Device
+		cleared bool
+	)
+	err := h.retry(ctx, "lost mark not cleared", id, func() (err error) {
+		dev, cleared, err = h.store.ClearLost(ctx, id, fired.Deadline)
+		return err
+	})
+	if err != nil || !cleared {
+		return err // !cleared: ingest saw the device come back and announced it.
+	}
+	ev := dispatch.Recovered{
+		ID:          dispatch.RecoveredID(id, fired.Deadline),
+		Device:      id,
+		Type:        dev.Type,
+		LostAt:      fired.Deadline,
+		RecoveredAt: revived.Deadline - h.thr.For(id, dev.Type).Milliseconds(),
+	}
+	msg, err := dispatch.Encode(h.pub.Subjects.Recovered(dev.Type), ev.ID, ev)
+	if err != nil {
+		return fmt.Errorf("scanner: encode recovered event: %w", err)
+	}
+	return h.retry(ctx, "recovered event not published", id, func() error {
+		err := h.pub.Publish(ctx, []dispatch.Message{msg})[0]
+		if err != nil {
+			h.m.publishErrors.Inc()
+		}
+		return err
+	})
+}
+
+// retry calls f until it succeeds, waiting 50ms doubling up to 2s between
+// attempts, or until ctx is done.
+func (h *lost) retry(ctx context.Context, what, id string, f func() error) error {
+	wait := 50 * time.Millisecond
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		h.log.Warn(what+"; retrying", "device", id, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("scanner: %s of %s: %w", what, id, err)
+		case <-t.C:
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}

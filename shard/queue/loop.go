@@ -1,0 +1,203 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// shardLoop is the state of one held lease and the loop that scans it.
+type shardLoop struct {
+	lease    shard.Lease
+	stop     chan struct{} // closed to ask for a stop after the in-flight batch
+	stopOnce sync.Once
+	cancel   context.CancelFunc // the hard stop, when the lease is lost
+	lost     atomic.Bool
+}
+
+func (l *shardLoop) requestStop() { l.stopOnce.Do(func() { close(l.stop) }) }
+
+// releaseTimeout bounds the release of a lease after its loop has ended.
+const releaseTimeout = 2 * time.Second
+
+// runShard scans one shard until it is asked to stop, its lease is lost or
+// ctx is cancelled, then releases the lease if it still holds it.
+func (e *Engine) runShard(ctx context.Context, l *shardLoop) {
+	i := l.lease.Shard
+	defer func() {
+		if l.lost.Load() || e.killed() {
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		if err := e.store.Release(rctx, l.lease); err != nil {
+			e.log.Warn("lease release failed; it expires by itself", "shard", i, "err", err)
+		}
+		e.log.Debug("shard released", "shard", i)
+	}()
+	var bo backoff
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-ctx.Done():
+			return
+		default:
+		}
+		wait, wake, err := e.step(ctx, i, l.lease)
+		switch {
+		case errors.Is(err, shard.ErrNotOwner):
+			e.leaseLost(l, "scan")
+			return
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			e.warn.Warn(fmt.Sprint("shard", i), "scan failed; retrying", "shard", i, "err", err)
+			wait = bo.next()
+		default:
+			bo.reset()
+		}
+		if wait > 0 && !sleepOrWake(ctx, l.stop, wait, wake) {
+			return
+		}
+	}
+}
+
+// sleepOrWake waits for d, or until wake is closed, and reports whether
+// the loop should go on.
+func sleepOrWake(ctx context.Context, stop <-chan struct{}, d time.Duration, wake <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-wake:
+		return true
+	case <-stop:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// step claims and handles one batch of shard i and returns how long to wait
+// before the next claim, and a channel that ends the wait early: closed
+// when the watermark moves, if what is due waits only for it.
+//
+// The order is the one every invariant rests on: claim (fenced, bounded by
+// the clock and the watermark) → crossing rule → the handler fires → settle
+// (fenced compare-and-remove of what it handled and of stale copies, moves
+// applied if unchanged) → the handler is told of fired entries a reset
+// revived meanwhile.
+func (e *Engine) step(ctx context.Context, i int, lease shard.Lease) (time.Duration, <-chan struct{}, error) {
+	now := e.opts.Now()
+	wm, outages, err := e.wm.get(ctx)
+	if err != nil {
+		return 0, nil, fmt.Errorf("queue: shard %d: %w", i, err)
+	}
+	if wm == 0 {
+		// Ingest never ran: nothing is known to be silent.
+		return e.opts.Poll, nil, nil
+	}
+	e.m.watermarkLag.Set(float64(now.UnixMilli()-wm) / 1e3)
+	horizon := min(now.UnixMilli(), wm)
+	c, err := e.store.Claim(ctx, e.opts.Family, i, lease, horizon, e.opts.Batch)
+	if err != nil {
+		return 0, nil, err
+	}
+	due := c.Due
+	if len(due) == 0 {
+		wait := e.opts.Poll
+		if c.HasHead {
+			d := time.UnixMilli(c.Head.Deadline).Sub(now)
+			if d <= 0 {
+				// Due by the clock but not by the watermark: claim again as
+				// soon as a later watermark is read, within a poll.
+				return wait, e.wm.wait(wm), nil
+			}
+			wait = min(wait, d)
+		}
+		return wait, nil, nil
+	}
+	e.m.batchSize.Observe(float64(len(due)))
+
+	// While a doubling drains, moved members are checked against their
+	// partner shard first; stale copies are removed without firing.
+	var stale []shard.Entry
+	if prev, cur, ok := crossing(e.topo.Current(), c.Layout); ok {
+		if due, stale, err = e.cross(ctx, i, prev, cur, due); err != nil {
+			return 0, nil, err
+		}
+	}
+
+	var (
+		handled []shard.Entry
+		moves   []shard.Move
+		fireErr error
+	)
+	if len(due) > 0 {
+		handled, moves, fireErr = e.h.Fire(ctx, Batch{Shard: i, Due: due, Now: now, Outages: outages})
+		if left := len(due) - len(handled) - len(moves); left > 0 && fireErr == nil {
+			// Back off rather than claim the same entries again at once.
+			fireErr = fmt.Errorf("queue: shard %d: %d of %d due entries not handled; retrying", i, left, len(due))
+		}
+	}
+	if e.opts.AfterFire != nil {
+		e.opts.AfterFire(i)
+	}
+	if len(handled)+len(stale)+len(moves) > 0 {
+		st, err := e.store.Settle(ctx, e.opts.Family, i, lease, append(handled[:len(handled):len(handled)], stale...), moves)
+		if err != nil {
+			return 0, nil, err
+		}
+		e.m.deferred.Add(float64(st.Moved))
+		e.m.revived.Add(float64(len(st.Revived)))
+		if err := e.revived(ctx, handled, st.Revived); err != nil {
+			return 0, nil, err
+		}
+	}
+	if fireErr != nil {
+		// What was not handled stays in the shard and is claimed again.
+		return 0, nil, fireErr
+	}
+	return 0, nil, nil
+}
+
+// revived tells the handler of each entry it handled that a reset revived
+// between claim and settle. Stale copies the crossing rule removed were
+// never fired, so the handler hears nothing of them.
+func (e *Engine) revived(ctx context.Context, handled, revived []shard.Entry) error {
+	if len(revived) == 0 {
+		return nil
+	}
+	fired := make(map[string]shard.Entry, len(handled))
+	for _, f := range handled {
+		fired[f.ID] = f
+	}
+	for _, r := range revived {
+		f, ok := fired[r.ID]
+		if !ok {
+			continue
+		}
+		if err := e.h.Revived(ctx, f, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// backoff is the wait after a failed step: 50ms doubling up to 2s.
+type backoff struct{ d time.Duration }
+
+func (b *backoff) next() time.Duration {
+	b.d = min(max(2*b.d, 50*time.Millisecond), 2*time.Second)
+	return b.d
+}
+
+func (b *backoff) reset() { b.d = 0 }

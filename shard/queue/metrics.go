@@ -1,0 +1,94 @@
+package queue
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the engine's Prometheus metrics. Their names keep the prefix
+// sigwatch_scanner_ they had before the engine was its own package
+// (dashboards and alert rules use them); a family label tells the timer
+// families apart.
+type metrics struct {
+	deferred     prometheus.Counter
+	revived      prometheus.Counter
+	leaseLost    prometheus.Counter
+	batchSize    prometheus.Histogram
+	owned        prometheus.Gauge
+	watermarkLag prometheus.Gauge
+	shardSize    *prometheus.GaugeVec
+	crossing     *prometheus.CounterVec
+	drainMoved   prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer, family string) (*metrics, error) {
+	const ns, sub = "sigwatch", "scanner"
+	fl := prometheus.Labels{"family": family}
+	m := &metrics{
+		deferred: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "deferred_total", ConstLabels: fl,
+			Help: "Due entries moved later instead of fired (by the outage rule or another handler decision)."}),
+		revived: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "revived_total", ConstLabels: fl,
+			Help: "Fired entries a reset revived between claim and settle."}),
+		leaseLost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "lease_lost_total", ConstLabels: fl,
+			Help: "Shard leases found lost while held."}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "claim_batch_size", ConstLabels: fl,
+			Help: "Entries per non-empty claim.", Buckets: prometheus.ExponentialBuckets(1, 2, 14)}),
+		owned: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "owned_shards", ConstLabels: fl,
+			Help: "Shards whose lease this replica holds."}),
+		watermarkLag: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "watermark_lag_seconds", ConstLabels: fl,
+			Help: "How far the ingest watermark is behind the clock."}),
+		shardSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "shard_size", ConstLabels: fl,
+			Help: "Timers in each owned shard, updated every few seconds."}, []string{"shard"}),
+		crossing: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "crossing_total", ConstLabels: fl,
+			Help: "Due entries of moved devices checked against their partner shard during a doubling, by outcome: " +
+				"fire, stale (the partner holds a later deadline; removed unfired), fired_elsewhere (removed unfired)."}, []string{"outcome"}),
+		drainMoved: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "drain_moved", ConstLabels: fl,
+			Help: "Moved timers left in the old shards this replica owns while a doubling drains; 0 otherwise."}),
+	}
+	for _, c := range []prometheus.Collector{m.deferred, m.revived, m.leaseLost, m.batchSize, m.owned,
+		m.watermarkLag, m.shardSize, m.crossing, m.drainMoved} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("queue: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// limitedLog logs a warning at most once per period for each key and says
+// how many were suppressed in between, so a Redis or NATS outage does not
+// flood the log.
+type limitedLog struct {
+	log    *slog.Logger
+	period time.Duration
+
+	mu      sync.Mutex
+	last    map[string]time.Time
+	dropped map[string]int
+}
+
+func newLimitedLog(log *slog.Logger, period time.Duration) *limitedLog {
+	return &limitedLog{log: log, period: period, last: map[string]time.Time{}, dropped: map[string]int{}}
+}
+
+// Warn logs msg unless key was logged less than a period ago.
+func (l *limitedLog) Warn(key, msg string, args ...any) {
+	l.mu.Lock()
+	now := time.Now()
+	if t, ok := l.last[key]; ok && now.Sub(t) < l.period {
+		l.dropped[key]++
+		l.mu.Unlock()
+		return
+	}
+	l.last[key] = now
+	n := l.dropped[key]
+	delete(l.dropped, key)
+	l.mu.Unlock()
+	if n > 0 {
+		args = append(args, "suppressed", n)
+	}
+	l.log.Warn(msg, args...)
+}

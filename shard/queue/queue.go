@@ -1,0 +1,241 @@
+package queue
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// Batch is one claimed batch of due entries of a shard, as a Handler gets it.
+type Batch struct {
+	Shard int
+	// Due are the claimed entries, earliest first, after the crossing rule
+	// dropped stale copies.
+	Due []shard.Entry
+	// Now is the claim time.
+	Now time.Time
+	// Outages are the ingest outages recorded with the watermark that
+	// bounded the claim (never older than it).
+	Outages []shard.Outage
+}
+
+// Handler is a timer family's policy: what firing a due entry means.
+type Handler interface {
+	// Fire handles the due entries of a batch. It returns the entries it
+	// handled (they are compare-and-removed) and moves (deferrals, applied
+	// only if the score is unchanged). Entries in neither stay and are
+	// claimed again after a backoff; err says why.
+	Fire(ctx context.Context, b Batch) (handled []shard.Entry, moves []shard.Move, err error)
+	// Fired returns, for each id, the latest score at which one of its
+	// entries was already handled (0 if never). While a doubling drains, a
+	// moved entry whose partner copy is gone fires only if Fired says it has
+	// not already fired at its score or later.
+	Fired(ctx context.Context, ids []string) ([]int64, error)
+	// Revived is told of an entry it handled (fired, at its claimed score)
+	// that a reset revived between claim and settle: it stays in its shard
+	// at revived.Deadline. An error fails the step; the entry is not offered
+	// again.
+	Revived(ctx context.Context, fired, revived shard.Entry) error
+}
+
+// Options configure an Engine.
+type Options struct {
+	// Replica names this process among the engines of the family; it must
+	// be unique, e.g. host-pid-random.
+	Replica string
+	// Family is the timer family run. Required.
+	Family shard.Family
+	// Name is the family's name in the metrics' family label, default
+	// string(Family).
+	Name string
+	// LeaseTTL is the lease time of a shard, default 5s. Leases are renewed
+	// every LeaseTTL/3; a dead replica's shards move within about LeaseTTL.
+	LeaseTTL time.Duration
+	// Rebalance is the period of the membership heartbeat and of lease
+	// acquisition and release, default 500ms.
+	Rebalance time.Duration
+	// Poll bounds the wait between two claims of one shard and the age of
+	// the watermark read, default DefaultPoll.
+	Poll time.Duration
+	// Batch is the claim limit, default 256.
+	Batch int
+	// Now is the clock, default time.Now.
+	Now func() time.Time
+	// Watermark is the store whose ingest watermark bounds claims, default
+	// the engine's own store. An engine of another queue (the alarm's repeat
+	// timers) passes the deadline store: it fires only up to where ingest is
+	// known to have been consuming.
+	Watermark *shard.Store
+	// DrainCheck is the period of the drain duties while a doubling drains:
+	// raising the floors of the old shards this replica owns, counting their
+	// moved members (a full ZSCAN of each), and, for the owner of shard 0,
+	// ending the doubling. Default 5s.
+	DrainCheck time.Duration
+
+	// AfterFire, a test seam, runs between the handler's Fire and the
+	// settle of its batch, so that a test can land a reset there.
+	AfterFire func(shard int)
+	// Killed, a test seam, is asked when Run's ctx is done: true makes the
+	// replica die as if killed (loops stop at once, no lease is released,
+	// the membership is not left).
+	Killed func() bool
+}
+
+// DefaultPoll is the default Options.Poll. An idle shard costs one claim
+// per poll, so the Redis work of an idle fleet grows with shards / poll; a
+// due head that waits for the watermark does not wait for the poll (the
+// loop wakes when a later watermark is read).
+const DefaultPoll = 20 * time.Millisecond
+
+// watermarkEvery is how often the engine reads the ingest watermark while a
+// loop waits for it (at most half a poll): one small round trip per period
+// for the whole replica, however many shards it owns.
+const watermarkEvery = 5 * time.Millisecond
+
+// sizeEvery is the period of the shard_size gauge update.
+const sizeEvery = 5 * time.Second
+
+func (o *Options) defaults() {
+	o.Name = cmp.Or(o.Name, string(o.Family))
+	o.LeaseTTL = cmp.Or(max(o.LeaseTTL, 0), 5*time.Second)
+	o.Rebalance = cmp.Or(max(o.Rebalance, 0), 500*time.Millisecond)
+	o.Poll = cmp.Or(max(o.Poll, 0), DefaultPoll)
+	o.Batch = cmp.Or(max(o.Batch, 0), 256)
+	o.DrainCheck = cmp.Or(max(o.DrainCheck, 0), 5*time.Second)
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Engine fires the due timers of the shards it owns through its handler.
+type Engine struct {
+	opts  Options
+	store *shard.Store
+	topo  *shard.Watcher
+	h     Handler
+	log   *slog.Logger
+	warn  *limitedLog
+	m     *metrics
+	wm    *watermark
+
+	running atomic.Bool
+	mu      sync.Mutex
+	loops   map[int]*shardLoop // held leases and their loops, guarded by mu
+}
+
+// New returns an engine running opts.Family of store, whose topology topo
+// watches, with h as its policy. reg may be nil (metrics are then not
+// exported).
+func New(opts Options, store *shard.Store, topo *shard.Watcher, h Handler, reg prometheus.Registerer, log *slog.Logger) (*Engine, error) {
+	opts.defaults()
+	switch {
+	case opts.Replica == "":
+		return nil, errors.New("queue: Options.Replica is empty: give each process a unique replica id")
+	case opts.Family == "":
+		return nil, errors.New("queue: Options.Family is empty")
+	case store == nil || topo == nil || h == nil:
+		return nil, errors.New("queue: a store, a topology watcher and a handler are required")
+	}
+	log = cmp.Or(log, slog.New(slog.DiscardHandler))
+	m, err := newMetrics(cmp.Or(reg, prometheus.Registerer(prometheus.NewRegistry())), opts.Name)
+	if err != nil {
+		return nil, err
+	}
+	return &Engine{
+		opts:  opts,
+		store: store,
+		topo:  topo,
+		h:     h,
+		log:   log,
+		warn:  newLimitedLog(log, time.Second),
+		m:     m,
+		wm:    newWatermark(cmp.Or(opts.Watermark, store), opts.Poll, min(watermarkEvery, opts.Poll/2)),
+		loops: make(map[int]*shardLoop),
+	}, nil
+}
+
+// Owned returns the shards whose lease this replica holds, sorted. A shard
+// being released stays in the list until its in-flight batch is done.
+func (e *Engine) Owned() []int {
+	e.mu.Lock()
+	out := make([]int, 0, len(e.loops))
+	for i := range e.loops {
+		out = append(out, i)
+	}
+	e.mu.Unlock()
+	slices.Sort(out)
+	return out
+}
+
+// killed reports whether the Killed seam says the replica dies.
+func (e *Engine) killed() bool { return e.opts.Killed != nil && e.opts.Killed() }
+
+// Run fires timers until ctx is done. On shutdown every shard loop finishes
+// its in-flight batch, its lease is released, and the replica leaves the
+// membership; then Run returns nil. Run may be called once.
+func (e *Engine) Run(ctx context.Context) error {
+	if !e.running.CompareAndSwap(false, true) {
+		return errors.New("queue: Run called twice")
+	}
+	// Shard loops run on loopCtx, which outlives ctx so that an in-flight
+	// batch can be fired and settled after shutdown begins. cancelLoops is
+	// the hard stop.
+	loopCtx, cancelLoops := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	// The watermark refresher serves the loops, so it lives as long as they
+	// may: it stops after them, when Run returns.
+	refreshed := make(chan struct{})
+	go func() {
+		defer close(refreshed)
+		e.wm.run(loopCtx)
+	}()
+	defer func() {
+		cancelLoops()
+		<-refreshed
+	}()
+
+	rebalance := time.NewTicker(e.opts.Rebalance)
+	defer rebalance.Stop()
+	renew := time.NewTicker(e.opts.LeaseTTL / 3)
+	defer renew.Stop()
+	sizes := time.NewTicker(sizeEvery)
+	defer sizes.Stop()
+
+	// The drainer runs on ctx: its duties are idempotent, so it stops at
+	// once on shutdown, before the loops do.
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		e.drain(ctx)
+	}()
+
+	e.rebalance(ctx, loopCtx, &wg)
+	for {
+		select {
+		case <-ctx.Done():
+			<-drained
+			if e.killed() {
+				cancelLoops()
+				wg.Wait()
+				return nil
+			}
+			e.shutdown(loopCtx, cancelLoops, &wg, renew.C)
+			return nil
+		case <-rebalance.C:
+			e.rebalance(ctx, loopCtx, &wg)
+		case <-renew.C:
+			e.renew(ctx)
+		case <-sizes.C:
+			e.updateSizes(ctx)
+		}
+	}
+}

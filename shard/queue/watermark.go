@@ -1,0 +1,128 @@
+package queue
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// watermark shares one read of the ingest watermark among the shard loops.
+// A step takes the last value read, reading it itself only when no read is
+// younger than a poll (so an idle engine reads it about once per poll, for
+// all its shards). A loop whose head is due by the clock but not by the
+// watermark waits for a later one instead (wait): while any does, the
+// refresher (run, owned by Engine.Run) reads the watermark every
+// watermarkEvery and wakes the waiting loops as soon as it moved, rather
+// than a poll later. An older watermark is never unsafe: it only holds
+// firing back (invariant 6).
+type watermark struct {
+	store   *shard.Store
+	maxAge  time.Duration
+	refresh time.Duration
+	kick    chan struct{} // wakes an idle refresher
+
+	mu        sync.Mutex
+	read      time.Time // when wm was read; real time, for freshness only
+	wm        int64
+	outages   []shard.Outage
+	wantUntil time.Time // the refresher runs until then
+	// outN and outLast are the length and last entry of the outage list
+	// when outages was read.
+	outN    int64
+	outLast shard.Outage
+	changed chan struct{} // closed, and replaced, when wm moves forward
+}
+
+// newWatermark returns a watermark read at least every maxAge while steps
+// ask for it and, while loops wait for it to move, every refresh.
+func newWatermark(store *shard.Store, maxAge, refresh time.Duration) *watermark {
+	return &watermark{store: store, maxAge: maxAge, refresh: refresh, kick: make(chan struct{}, 1),
+		outN: -1, changed: make(chan struct{})}
+}
+
+// get returns the watermark and the recorded outages.
+func (w *watermark) get(ctx context.Context) (int64, []shard.Outage, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.read.IsZero() || time.Since(w.read) >= w.maxAge {
+		if err := w.refreshLocked(ctx); err != nil {
+			return 0, nil, err
+		}
+	}
+	return w.wm, w.outages, nil
+}
+
+// wait returns a channel closed once a watermark later than wm is read, and
+// keeps the refresher reading for a poll.
+func (w *watermark) wait(wm int64) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.wantUntil = time.Now().Add(w.maxAge)
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	if w.wm > wm {
+		closed := make(chan struct{})
+		close(closed)
+		return closed
+	}
+	return w.changed
+}
+
+// refreshLocked reads the watermark; the caller holds mu. The outages are
+// read again only when the list changed: it only grows at its end (and is
+// trimmed at its start), so its length and last entry say whether it did.
+// Either read takes the watermark before the outages, in one round trip, and
+// an outage is recorded before the watermark that jumped over it: a
+// watermark is never paired with outages older than it.
+func (w *watermark) refreshLocked(ctx context.Context) error {
+	wm, n, last, err := w.store.WatermarkHead(ctx)
+	if err != nil {
+		return err
+	}
+	if n != w.outN || last != w.outLast {
+		var outs []shard.Outage
+		if wm, outs, err = w.store.Watermark(ctx); err != nil {
+			return err
+		}
+		w.outages, w.outN, w.outLast = outs, n, last
+	}
+	w.read = time.Now()
+	if wm > w.wm {
+		w.wm = wm
+		close(w.changed)
+		w.changed = make(chan struct{})
+	}
+	return nil
+}
+
+// run reads the watermark every refresh while a loop waits for it to move,
+// and sleeps otherwise, until ctx is done. Failures are left to the loops:
+// get reads by itself once no read is fresh.
+func (w *watermark) run(ctx context.Context) {
+	t := time.NewTicker(w.refresh)
+	defer t.Stop()
+	for {
+		w.mu.Lock()
+		wanted := time.Now().Before(w.wantUntil)
+		w.mu.Unlock()
+		if !wanted {
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.kick:
+			}
+		}
+		w.mu.Lock()
+		_ = w.refreshLocked(ctx)
+		w.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
