@@ -51,8 +51,6 @@ type Options struct {
 	// like the deadline scanner's). Required by Run; a process that only serves
 	// the API (Ack, Remove, mutes) leaves it empty.
 	Replica string
-	// Stream is the JetStream stream of the events, default "SIGWATCH".
-	Stream string
 	// Consumer is the durable consumer every replica shares, default
 	// "sigwatch-alarm".
 	Consumer string
@@ -99,10 +97,9 @@ func (o *Options) defaults() {
 		o.Policy.FlapWindow = cmp.Or(o.Policy.FlapWindow, DefaultPolicy.FlapWindow)
 		o.Policy.FlapStable = cmp.Or(o.Policy.FlapStable, DefaultPolicy.FlapStable)
 	}
-	o.Stream = cmp.Or(o.Stream, "SIGWATCH")
 	o.Consumer = cmp.Or(o.Consumer, "sigwatch-alarm")
 	if o.AckWait <= 0 {
-		o.AckWait = 30 * time.Second
+		o.AckWait = DefaultConfig().AckWait
 	}
 	if o.Workers <= 0 {
 		o.Workers = 32
@@ -173,7 +170,7 @@ func (a *Alarms) Run(ctx context.Context) error {
 	if !a.running.CompareAndSwap(false, true) {
 		return errors.New("alarm: Run called twice")
 	}
-	cons, err := a.consumer(ctx)
+	cons, err := a.pub.NewConsumer(ctx, a.consumerOptions(), a.log)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting
@@ -187,7 +184,7 @@ func (a *Alarms) Run(ctx context.Context) error {
 	wg.Go(func() { timerErr <- a.engine.Run(timerCtx) })
 	wg.Go(func() { a.countLoop(timerCtx, a.engine.Owned, a.opts.CountEvery) })
 
-	err = a.consume(ctx, cons)
+	err = cons.Run(ctx, events{a})
 	// Events first, then timers: the engine finishes its in-flight batch.
 	stopTimers()
 	wg.Wait()

@@ -457,7 +457,7 @@ func TestLostAfterComebackRaisesNothing(t *testing.T) {
 	defer stop()
 	old := time.Now().Add(-time.Second).UnixMilli()
 	ev := dispatch.Lost{ID: dispatch.LostID("dev-c", old), Device: "dev-c", Deadline: old, FiredAt: old}
-	msg, _ := dispatch.Encode(h.pub.Subjects.Lost(""), ev.ID, ev)
+	msg, _ := dispatch.Encode(h.pub.Subjects().Lost(""), ev.ID, ev)
 	if err := h.pub.Publish(h.ctx, []dispatch.Message{msg})[0]; err != nil {
 		t.Fatal(err)
 	}
@@ -585,7 +585,7 @@ func TestRemoveResolves(t *testing.T) {
 	h.wait("dev-rm", Resolved, ReasonRemoved, 2*time.Second)
 	// The lost event delivered again raises nothing.
 	ev := dispatch.Lost{ID: dispatch.LostID("dev-rm", raised.alarm.Since) + "-again", Device: "dev-rm", Deadline: raised.alarm.Since}
-	msg, _ := dispatch.Encode(h.pub.Subjects.Lost(""), ev.ID, ev)
+	msg, _ := dispatch.Encode(h.pub.Subjects().Lost(""), ev.ID, ev)
 	if err := h.pub.Publish(h.ctx, []dispatch.Message{msg})[0]; err != nil {
 		t.Fatal(err)
 	}
@@ -736,7 +736,7 @@ func TestRacingHandlersOneTransition(t *testing.T) {
 		ev := dispatch.Lost{ID: dispatch.LostID(id, deadline), Device: id, Deadline: deadline}
 		for _, a := range reps {
 			wg.Go(func() {
-				if err := a.onLost(h.ctx, ev); err != nil {
+				if err := (events{a}).Lost(h.ctx, ev); err != nil {
 					t.Errorf("onLost: %v", err)
 				}
 			})

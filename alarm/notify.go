@@ -26,7 +26,7 @@ func (a *Alarms) flush(ctx context.Context, id string, st stored) (stored, error
 			if n.Muted {
 				continue
 			}
-			msg, err := dispatch.Encode(a.pub.Subjects.Alarm(n.Type), n.ID, n.Alarm)
+			msg, err := dispatch.Encode(a.pub.Subjects().Alarm(n.Type), n.ID, n.Alarm)
 			if err != nil {
 				return st, fmt.Errorf("alarm: encode notification: %w", err)
 			}

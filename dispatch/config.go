@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -104,9 +105,25 @@ func (o *Options) defaults() {
 	}
 }
 
-// Connect opens the NATS connection of c. It reconnects for ever; the
-// caller closes it.
-func Connect(c Config, log *slog.Logger) (*nats.Conn, error) {
+// Dial connects to the NATS of c and returns a publisher over the
+// connection, with the stream set up; Close closes it. It is the one way
+// sigwatch opens NATS.
+func Dial(ctx context.Context, c Config, log *slog.Logger) (*Publisher, error) {
+	nc, err := connect(c, log)
+	if err != nil {
+		return nil, err
+	}
+	p, err := New(ctx, nc, c.Options)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	p.owned = true
+	return p, nil
+}
+
+// connect opens the NATS connection of c. It reconnects for ever.
+func connect(c Config, log *slog.Logger) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name("sigwatch"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sigwatch/sigwatch/internal/backoff"
 )
 
 // ConsumerOptions shape a durable consumer of lost and recovered events
@@ -37,63 +38,66 @@ type EventHandler interface {
 // Consume is stopping; what is not acked by then is redelivered.
 const shutdownGrace = 5 * time.Second
 
-// Consume creates (or updates) the durable consumer of opts and hands its
-// events to h, at most opts.Workers at once, until ctx ends. On shutdown it
-// stops pulling, handles what it holds, and returns. A consumer deleted
-// under it is created again. A new consumer starts with the events
-// published from then on.
-func (p *Publisher) Consume(ctx context.Context, opts ConsumerOptions, h EventHandler, log *slog.Logger) error {
+// Consumer is a durable consumer of the stream's lost and recovered events.
+type Consumer struct {
+	p    *Publisher
+	opts ConsumerOptions
+	log  *slog.Logger
+	cons jetstream.Consumer
+}
+
+// NewConsumer creates (or updates) the durable consumer of opts. A new
+// consumer starts with the events published from then on.
+func (p *Publisher) NewConsumer(ctx context.Context, opts ConsumerOptions, log *slog.Logger) (*Consumer, error) {
 	if p.opts.Mode != JetStream {
-		return errors.New("dispatch: consuming events needs nats.mode jetstream")
+		return nil, errors.New("dispatch: consuming events needs nats.mode jetstream")
 	}
-	c := &consumer{p: p, opts: opts, h: h, log: log}
-	cons, err := c.create(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil // stopped while starting
-		}
-		return err
+	c := &Consumer{p: p, opts: opts, log: log}
+	var err error
+	if c.cons, err = c.create(ctx); err != nil {
+		return nil, err
 	}
+	return c, nil
+}
+
+// Run hands the consumer's events to h, at most opts.Workers at once, until
+// ctx ends. On shutdown it stops pulling, handles what it holds, and
+// returns. A consumer deleted under it is created again.
+func (c *Consumer) Run(ctx context.Context, h EventHandler) error {
 	// Handlers finish on workCtx, which outlives ctx by the grace.
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
-	sem := make(chan struct{}, max(1, opts.Workers))
+	sem := make(chan struct{}, max(1, c.opts.Workers))
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	cons := c.cons
 	for {
 		gone, err := c.pull(ctx, cons, cancelWork, func(msg jetstream.Msg) {
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				c.handle(workCtx, msg)
+				c.handle(workCtx, h, msg)
 			})
 		})
 		if err != nil || !gone {
 			return err
 		}
-		log.Warn("event consumer deleted under the workers; creating it again", "consumer", opts.Durable)
+		c.log.Warn("event consumer deleted under the workers; creating it again", "consumer", c.opts.Durable)
 		for {
 			if cons, err = c.create(ctx); err == nil {
 				break
 			}
-			if !sleep(ctx, time.Second) {
+			if !backoff.Wait(ctx, time.Second) {
 				return nil
 			}
 		}
 	}
 }
 
-type consumer struct {
-	p    *Publisher
-	opts ConsumerOptions
-	h    EventHandler
-	log  *slog.Logger
-}
+func (c *Consumer) lostPrefix() string      { return c.p.subjects.Prefix + ".lost." }
+func (c *Consumer) recoveredPrefix() string { return c.p.subjects.Prefix + ".recovered." }
 
-func (c *consumer) lostPrefix() string      { return c.p.Subjects.Prefix + ".lost." }
-func (c *consumer) recoveredPrefix() string { return c.p.Subjects.Prefix + ".recovered." }
-
-func (c *consumer) create(ctx context.Context) (jetstream.Consumer, error) {
+func (c *Consumer) create(ctx context.Context) (jetstream.Consumer, error) {
 	cons, err := c.p.js.CreateOrUpdateConsumer(ctx, c.p.opts.Stream, jetstream.ConsumerConfig{
 		Durable:        c.opts.Durable,
 		Description:    c.opts.Description,
@@ -114,7 +118,7 @@ func (c *consumer) create(ctx context.Context) (jetstream.Consumer, error) {
 // or the consumer is deleted (gone true). Once ctx is done it hands over
 // what it already pulled, for up to shutdownGrace; then it calls
 // cancelWork.
-func (c *consumer) pull(ctx context.Context, cons jetstream.Consumer, cancelWork func(), handle func(jetstream.Msg)) (gone bool, err error) {
+func (c *Consumer) pull(ctx context.Context, cons jetstream.Consumer, cancelWork func(), handle func(jetstream.Msg)) (gone bool, err error) {
 	it, err := cons.Messages(jetstream.PullMaxMessages(max(1, c.opts.Workers)))
 	if err != nil {
 		return false, fmt.Errorf("dispatch: consume: %w", err)
@@ -152,7 +156,7 @@ func (c *consumer) pull(ctx context.Context, cons jetstream.Consumer, cancelWork
 				c.log.Warn("events: pull failed; retrying", "err", err, "failures", failures)
 			}
 			// Once ctx is done the iterator closes; until then, pause.
-			sleep(ctx, min(time.Duration(failures)*100*time.Millisecond, 2*time.Second))
+			backoff.Wait(ctx, min(time.Duration(failures)*100*time.Millisecond, 2*time.Second))
 			continue
 		}
 		failures = 0
@@ -162,7 +166,7 @@ func (c *consumer) pull(ctx context.Context, cons jetstream.Consumer, cancelWork
 
 // handle decodes one event, passes it on and acknowledges it once handled;
 // otherwise it is delivered again after a pause.
-func (c *consumer) handle(ctx context.Context, msg jetstream.Msg) {
+func (c *Consumer) handle(ctx context.Context, h EventHandler, msg jetstream.Msg) {
 	var err error
 	subj := msg.Subject()
 	switch {
@@ -172,14 +176,14 @@ func (c *consumer) handle(ctx context.Context, msg jetstream.Msg) {
 			c.refuse(msg, err)
 			return
 		}
-		err = c.h.Lost(ctx, ev)
+		err = h.Lost(ctx, ev)
 	case strings.HasPrefix(subj, c.recoveredPrefix()):
 		var ev Recovered
 		if err = json.Unmarshal(msg.Data(), &ev); err != nil || ev.Device == "" {
 			c.refuse(msg, err)
 			return
 		}
-		err = c.h.Recovered(ctx, ev)
+		err = h.Recovered(ctx, ev)
 	}
 	if err != nil {
 		delay := time.Second
@@ -195,19 +199,7 @@ func (c *consumer) handle(ctx context.Context, msg jetstream.Msg) {
 }
 
 // refuse drops an event that cannot be read: redelivering it cannot help.
-func (c *consumer) refuse(msg jetstream.Msg, err error) {
+func (c *Consumer) refuse(msg jetstream.Msg, err error) {
 	c.log.Error("event unreadable; dropped", "subject", msg.Subject(), "err", err, "body", string(msg.Data()))
 	_ = msg.Term()
-}
-
-// sleep waits d and reports false if ctx ended first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,14 +15,15 @@ type Publisher struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	opts     Options
-	Subjects Subjects
+	subjects Subjects
+	owned    bool // the connection is the publisher's, from Dial
 }
 
 // New returns a publisher on nc. In JetStream mode it creates the stream if
 // it is absent and checks that an existing one covers the subjects.
 func New(ctx context.Context, nc *nats.Conn, opts Options) (*Publisher, error) {
 	opts.defaults()
-	p := &Publisher{nc: nc, opts: opts, Subjects: Subjects{Prefix: opts.Prefix}}
+	p := &Publisher{nc: nc, opts: opts, subjects: Subjects{Prefix: opts.Prefix}}
 	switch opts.Mode {
 	case Core:
 		return p, nil
@@ -54,7 +56,7 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 		_, err = p.js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:        p.opts.Stream,
 			Description: "sigwatch events",
-			Subjects:    []string{p.Subjects.All()},
+			Subjects:    []string{p.subjects.All()},
 			Storage:     storage,
 			Replicas:    p.opts.Replicas,
 			Duplicates:  p.opts.Duplicates,
@@ -70,19 +72,36 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 	}
 	cfg := s.CachedInfo().Config
 	for _, subj := range cfg.Subjects {
-		if subj == p.Subjects.All() {
+		if subj == p.subjects.All() {
 			return nil
 		}
 	}
 	return fmt.Errorf("dispatch: stream %s exists but does not listen on %s (it has %v): add the subject or configure another stream name",
-		p.opts.Stream, p.Subjects.All(), cfg.Subjects)
+		p.opts.Stream, p.subjects.All(), cfg.Subjects)
 }
 
 // Mode returns the delivery mode.
 func (p *Publisher) Mode() Mode { return p.opts.Mode }
 
-// Conn returns the NATS connection.
-func (p *Publisher) Conn() *nats.Conn { return p.nc }
+// Subjects returns the subjects the publisher sends on.
+func (p *Publisher) Subjects() Subjects { return p.subjects }
+
+// Close drains the connection of a publisher from Dial (publishes in flight
+// are flushed) and closes it, waiting up to a second. It leaves a
+// connection given to New open.
+func (p *Publisher) Close() {
+	if !p.owned {
+		return
+	}
+	_ = p.nc.Drain()
+	for i := 0; i < 50 && !p.nc.IsClosed(); i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.nc.Close()
+}
+
+// Connected reports whether the NATS connection is up.
+func (p *Publisher) Connected() bool { return p.nc.IsConnected() }
 
 // Publish sends msgs and waits until each is acknowledged (JetStream) or
 // flushed to the server (core). errs[i] is nil when msgs[i] is safely

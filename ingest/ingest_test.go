@@ -348,7 +348,7 @@ func mustDeadline(t *testing.T, r *rig, id string) int64 {
 // messages are stored.
 func TestInvalidInputIsRefusedAndLosesNothingElse(t *testing.T) {
 	r := newRig(t, testenv.Options{Mosquitto: true})
-	sub, err := r.nc.SubscribeSync(r.pub.Subjects.Invalid())
+	sub, err := r.nc.SubscribeSync(r.pub.Subjects().Invalid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +440,7 @@ func (m *fakeMessage) Retained() bool  { return false }
 
 func TestControlCharactersAreRefused(t *testing.T) {
 	r := newRig(t, testenv.Options{})
-	sub, err := r.nc.SubscribeSync(r.pub.Subjects.Invalid())
+	sub, err := r.nc.SubscribeSync(r.pub.Subjects().Invalid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,7 +534,7 @@ func TestAckAfterStore(t *testing.T) {
 // event on its next signal, with the de-duplication id of that loss.
 func TestRecovery(t *testing.T) {
 	r := newRig(t, testenv.Options{Mosquitto: true})
-	sub, err := r.nc.SubscribeSync(r.pub.Subjects.Prefix + ".recovered.>")
+	sub, err := r.nc.SubscribeSync(r.pub.Subjects().Prefix + ".recovered.>")
 	if err != nil {
 		t.Fatal(err)
 	}

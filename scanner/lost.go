@@ -59,7 +59,7 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 			FiredAt:  firedAt,
 			Shard:    i,
 		}
-		msg, err := dispatch.Encode(h.pub.Subjects.Lost(typ), ev.ID, ev)
+		msg, err := dispatch.Encode(h.pub.Subjects().Lost(typ), ev.ID, ev)
 		if err != nil {
 			return nil, nil, fmt.Errorf("scanner: encode lost event: %w", err)
 		}
@@ -153,7 +153,7 @@ func (h *lost) Revived(ctx context.Context, fired, revived shard.Entry) error {
 		LostAt:      fired.Deadline,
 		RecoveredAt: revived.Deadline - h.thr.For(id, dev.Type).Milliseconds(),
 	}
-	msg, err := dispatch.Encode(h.pub.Subjects.Recovered(dev.Type), ev.ID, ev)
+	msg, err := dispatch.Encode(h.pub.Subjects().Recovered(dev.Type), ev.ID, ev)
 	if err != nil {
 		return fmt.Errorf("scanner: encode recovered event: %w", err)
 	}

@@ -79,7 +79,7 @@ func newHarnessOn(t *testing.T, shards int, addrs []string) *harness {
 		t.Fatal(err)
 	}
 	rec := &recorder{}
-	sub, err := nc.Subscribe(pub.Subjects.All(), rec.record)
+	sub, err := nc.Subscribe(pub.Subjects().All(), rec.record)
 	if err != nil {
 		t.Fatal(err)
 	}

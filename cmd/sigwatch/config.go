@@ -18,8 +18,8 @@ import (
 	"github.com/sigwatch/sigwatch/alarm"
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/ingest"
-	"github.com/sigwatch/sigwatch/scanner"
 	"github.com/sigwatch/sigwatch/shard"
+	"github.com/sigwatch/sigwatch/shard/queue"
 )
 
 // Config is the whole configuration of one sigwatch process, composed of
@@ -37,7 +37,7 @@ type Config struct {
 	Timestamp  ingest.TimestampConfig `yaml:"timestamp"`
 	Shards     shard.TopologyConfig   `yaml:"shards"`
 	Ingest     ingest.Config          `yaml:"ingest"`
-	Scanner    scanner.Config         `yaml:"scanner"`
+	Scanner    queue.Config           `yaml:"scanner"`
 	Alarm      alarm.Config           `yaml:"alarm"`
 	HTTP       HTTPConfig             `yaml:"http"`
 }
@@ -69,7 +69,7 @@ func DefaultConfig() Config {
 		Timestamp:  ingest.DefaultTimestampConfig(),
 		Shards:     shard.DefaultTopologyConfig(),
 		Ingest:     ingest.DefaultConfig(),
-		Scanner:    scanner.DefaultConfig(),
+		Scanner:    queue.DefaultConfig(),
 		Alarm:      alarm.DefaultConfig(),
 		HTTP:       HTTPConfig{Addr: "127.0.0.1:8080"},
 	}

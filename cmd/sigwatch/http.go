@@ -70,7 +70,7 @@ func (a *App) readyz(w http.ResponseWriter, r *http.Request) {
 	if err := a.store.Ping(ctx); err != nil {
 		problems = append(problems, err.Error())
 	}
-	if !a.nc.IsConnected() {
+	if !a.pub.Connected() {
 		problems = append(problems, "nats: not connected")
 	}
 	if a.in != nil && !a.in.Connected() {

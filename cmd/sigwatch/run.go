@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -35,7 +34,6 @@ type App struct {
 	// they would queue behind ingest's large pipelined batches.
 	store     *shard.Store
 	scanStore *shard.Store
-	nc        *nats.Conn
 	topo      *shard.Watcher
 	thr       *shard.Thresholds
 	devices   *shard.Devices // the API's per-device operations
@@ -98,10 +96,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 	a.devices = shard.NewDevices(a.store, a.topo, a.thr)
 
-	if a.nc, err = dispatch.Connect(cfg.NATS, log); err != nil {
-		return nil, err
-	}
-	a.pub, err = dispatch.New(ctx, a.nc, cfg.NATS.Options)
+	a.pub, err = dispatch.Dial(ctx, cfg.NATS, log)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +143,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			replica = replicaID()
 		}
 		a.alarms, err = alarm.New(alarm.Options{
-			Policy: cfg.Alarm.Policy, Replica: replica, Stream: cfg.NATS.Stream, AckWait: cfg.Alarm.AckWait,
+			Policy: cfg.Alarm.Policy, Replica: replica, AckWait: cfg.Alarm.AckWait,
 			LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll, Batch: cfg.Scanner.Batch,
 		}, a.store, a.topo, a.timers, a.rtopo, a.pub, a.reg, log.With("role", "alarm"))
 		if err != nil {
@@ -200,12 +195,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 }
 
 func (a *App) closeClients() {
-	if a.nc != nil {
-		_ = a.nc.Drain()
-		for i := 0; i < 50 && !a.nc.IsClosed(); i++ {
-			time.Sleep(20 * time.Millisecond)
-		}
-		a.nc.Close()
+	if a.pub != nil {
+		a.pub.Close()
 	}
 	if a.scanStore != nil {
 		a.scanStore.Close()

@@ -106,11 +106,12 @@ const sizeEvery = 5 * time.Second
 
 func (o *Options) defaults() {
 	o.Name = cmp.Or(o.Name, string(o.Family))
-	o.LeaseTTL = cmp.Or(max(o.LeaseTTL, 0), 5*time.Second)
-	o.Rebalance = cmp.Or(max(o.Rebalance, 0), 500*time.Millisecond)
-	o.Poll = cmp.Or(max(o.Poll, 0), DefaultPoll)
-	o.Batch = cmp.Or(max(o.Batch, 0), 256)
-	o.DrainCheck = cmp.Or(max(o.DrainCheck, 0), 5*time.Second)
+	d := DefaultConfig()
+	o.LeaseTTL = cmp.Or(max(o.LeaseTTL, 0), d.LeaseTTL)
+	o.Rebalance = cmp.Or(max(o.Rebalance, 0), defaultRebalance)
+	o.Poll = cmp.Or(max(o.Poll, 0), d.Poll)
+	o.Batch = cmp.Or(max(o.Batch, 0), d.Batch)
+	o.DrainCheck = cmp.Or(max(o.DrainCheck, 0), defaultDrainCheck)
 	if o.Now == nil {
 		o.Now = time.Now
 	}

@@ -1,12 +1,12 @@
-package scanner
+package queue
 
 import (
 	"errors"
 	"time"
 )
 
-// Config is the scanner section of sigwatch's configuration; the alarm's
-// repeat timers are scanned with the same settings.
+// Config is the scanner section of sigwatch's configuration: the engine
+// settings of every timer family (the deadlines and the alarm's repeats).
 type Config struct {
 	// LeaseTTL is the lease time of a shard: a dead replica's shards move
 	// within about this long.
@@ -22,6 +22,12 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{LeaseTTL: 5 * time.Second, Poll: DefaultPoll, Batch: 256}
 }
+
+// Default periods of the engine's own duties; they are not configured.
+const (
+	defaultRebalance  = 500 * time.Millisecond
+	defaultDrainCheck = 5 * time.Second
+)
 
 // Validate refuses settings that cannot work.
 func (c Config) Validate() error {
