@@ -2,13 +2,11 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -17,8 +15,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/redis/rueidis"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/testenv"
@@ -30,7 +27,6 @@ const testShards = 4
 // rig is one test's servers and the building blocks ingest is made of.
 type rig struct {
 	env   *testenv.Env
-	rc    rueidis.Client
 	store *shard.Store
 	topo  *shard.Watcher
 	thr   *shard.Thresholds
@@ -50,23 +46,13 @@ func newRig(t *testing.T, opts testenv.Options) *rig {
 	t.Helper()
 	opts.NATS = true
 	env := testenv.New(t, opts)
-	r := &rig{env: env}
-	var err error
-	r.rc, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{env.Redis.Addr}, DisableCache: true})
-	if err != nil {
-		t.Fatalf("redis client: %v", err)
-	}
-	t.Cleanup(r.rc.Close)
-	r.store = shard.NewStore(r.rc, shard.NewKeys(""))
+	r := &rig{env: env, store: env.Store(t, ""), nc: env.Conn(t)}
 	ctx := context.Background()
+	var err error
 	if r.topo, err = shard.NewWatcher(ctx, r.store, testShards, time.Second, nil); err != nil {
 		t.Fatalf("topology: %v", err)
 	}
 	r.thr = shard.NewThresholds(r.store, 30*time.Second, map[string]time.Duration{"pump": 90 * time.Second})
-	if r.nc, err = nats.Connect(env.NATS.URL); err != nil {
-		t.Fatalf("nats: %v", err)
-	}
-	t.Cleanup(r.nc.Close)
 	if r.pub, err = dispatch.New(ctx, r.nc, dispatch.Options{Storage: "memory"}); err != nil {
 		t.Fatalf("dispatch: %v", err)
 	}
@@ -131,53 +117,23 @@ func (run *running) stop(t *testing.T) {
 	}
 }
 
-// value reads a counter.
-func value(c prometheus.Counter) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		panic(err)
-	}
-	return m.GetCounter().GetValue()
-}
-
-// gauge reads a gauge from the registry.
-func (run *running) gauge(t *testing.T, name string) float64 {
-	t.Helper()
-	mfs, err := run.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return 0
-}
-
 // stored waits until signals_total reaches n.
 func (run *running) stored(t *testing.T, n int) {
 	t.Helper()
 	testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("%d signals stored", n), func() bool {
-		return value(run.m.signals) >= float64(n)
+		return testutil.ToFloat64(run.m.signals) >= float64(n)
 	})
 }
 
-// device is an MQTT client publishing as devices do: QoS 1, waiting for
-// the broker's PUBACK.
+// device is an MQTT client as a device is: one session, which never
+// reconnects behind the test's back.
 func device(t *testing.T, url string) mqtt.Client {
 	t.Helper()
-	o := mqtt.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("dev-%d", time.Now().UnixNano())).
-		SetAutoReconnect(false).SetConnectRetry(false)
-	c := mqtt.NewClient(o)
-	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-		t.Fatalf("device connect: %v", tok.Error())
-	}
-	t.Cleanup(func() { c.Disconnect(50) })
-	return c
+	o := mqtt.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("dev-%d", time.Now().UnixNano()))
+	return testenv.MQTT(t, o.SetAutoReconnect(false).SetConnectRetry(false))
 }
 
+// publish sends as devices do: QoS 1, waiting for the broker's PUBACK.
 func publish(t *testing.T, c mqtt.Client, topic string, payload any) {
 	t.Helper()
 	tok := c.Publish(topic, 1, false, payload)
@@ -242,7 +198,7 @@ func TestSignalsLandInTheirShard(t *testing.T) {
 			t.Errorf("registry entry of untyped %q = %+v, want none", ids[j], d)
 		}
 	}
-	if got := value(run.m.newDevices); got != float64(len(ids)) {
+	if got := testutil.ToFloat64(run.m.newDevices); got != float64(len(ids)) {
 		t.Errorf("new_devices_total = %v, want %d", got, len(ids))
 	}
 	// Signals again: no device is new any more, deadlines move forward.
@@ -250,7 +206,7 @@ func TestSignalsLandInTheirShard(t *testing.T) {
 		publish(t, dev, "devices/"+id+"/signal", "")
 	}
 	run.stored(t, 2*len(ids))
-	if got := value(run.m.newDevices); got != float64(len(ids)) {
+	if got := testutil.ToFloat64(run.m.newDevices); got != float64(len(ids)) {
 		t.Errorf("after second signals: new_devices_total = %v, want %d", got, len(ids))
 	}
 }
@@ -348,10 +304,7 @@ func mustDeadline(t *testing.T, r *rig, id string) int64 {
 // messages are stored.
 func TestInvalidInputIsRefusedAndLosesNothingElse(t *testing.T) {
 	r := newRig(t, testenv.Options{Mosquitto: true})
-	sub, err := r.nc.SubscribeSync(r.pub.Subjects().Invalid())
-	if err != nil {
-		t.Fatal(err)
-	}
+	invalid := testenv.Record[dispatch.Invalid](t, r.nc, r.pub.Subjects().Invalid())
 	run := r.start(t, Options{
 		Topics:        []string{"devices/+/signal", "short"},
 		TimestampMode: TimestampPayload,
@@ -387,17 +340,11 @@ func TestInvalidInputIsRefusedAndLosesNothingElse(t *testing.T) {
 	for _, b := range bad {
 		want = append(want, b.reason+" "+b.topic)
 	}
-	for range bad {
-		m, err := sub.NextMsg(5 * time.Second)
-		if err != nil {
-			t.Fatalf("waiting for invalid events: got %d of %d: %v", len(got), len(bad), err)
-		}
-		var ev dispatch.Invalid
-		if err := json.Unmarshal(m.Data, &ev); err != nil {
-			t.Fatalf("invalid event %s: %v", m.Data, err)
-		}
-		if ev.ID == "" || ev.At == 0 || m.Header.Get(nats.MsgIdHdr) != ev.ID {
-			t.Errorf("invalid event %s: want an id (= Nats-Msg-Id %q) and a time", m.Data, m.Header.Get(nats.MsgIdHdr))
+	invalid.WaitN(t, 10*time.Second, len(bad), fmt.Sprintf("%d invalid events", len(bad)), nil)
+	for _, e := range invalid.Events() {
+		ev := e.Body
+		if ev.ID == "" || ev.At == 0 || e.MsgID != ev.ID {
+			t.Errorf("invalid event %+v: want an id (= Nats-Msg-Id %q) and a time", ev, e.MsgID)
 		}
 		if ev.Reason == "bad_payload" && ev.PayloadEncoding != "base64" {
 			t.Errorf("non-UTF-8 payload forwarded with encoding %q, want base64", ev.PayloadEncoding)
@@ -413,11 +360,11 @@ func TestInvalidInputIsRefusedAndLosesNothingElse(t *testing.T) {
 		if b.reason == "bad_timestamp" {
 			continue
 		}
-		if n := value(run.m.invalid[b.reason]); n != 1 {
+		if n := testutil.ToFloat64(run.m.invalid[b.reason]); n != 1 {
 			t.Errorf("invalid_total{reason=%q} = %v, want 1", b.reason, n)
 		}
 	}
-	if n := value(run.m.invalid["bad_timestamp"]); n != 2 {
+	if n := testutil.ToFloat64(run.m.invalid["bad_timestamp"]); n != 2 {
 		t.Errorf("invalid_total{reason=bad_timestamp} = %v, want 2", n)
 	}
 	// Refused messages are acked: nothing is left in flight.
@@ -440,12 +387,9 @@ func (m *fakeMessage) Retained() bool  { return false }
 
 func TestControlCharactersAreRefused(t *testing.T) {
 	r := newRig(t, testenv.Options{})
-	sub, err := r.nc.SubscribeSync(r.pub.Subjects().Invalid())
-	if err != nil {
-		t.Fatal(err)
-	}
+	invalid := testenv.Record[dispatch.Invalid](t, r.nc, r.pub.Subjects().Invalid())
 	run := r.start(t, Options{})
-	for _, topic := range []string{"devices/a\x01b/signal", "devices/a\xffb/signal", "devices/a\u009bb/signal"} {
+	for j, topic := range []string{"devices/a\x01b/signal", "devices/a\xffb/signal", "devices/a\u009bb/signal"} {
 		m := &fakeMessage{topic: topic, payload: []byte("\x00\x01"), acked: make(chan struct{})}
 		run.src.onMessage(nil, m)
 		select {
@@ -453,12 +397,7 @@ func TestControlCharactersAreRefused(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("%q was not acked", topic)
 		}
-		msg, err := sub.NextMsg(5 * time.Second)
-		if err != nil {
-			t.Fatalf("no invalid event for %q: %v", topic, err)
-		}
-		var ev dispatch.Invalid
-		json.Unmarshal(msg.Data, &ev)
+		ev := invalid.WaitN(t, 5*time.Second, j+1, fmt.Sprintf("an invalid event for %q", topic), nil)[j].Body
 		if ev.Reason != "bad_id" {
 			t.Errorf("reason for %q = %q, want bad_id", topic, ev.Reason)
 		}
@@ -493,11 +432,9 @@ func TestAckAfterStore(t *testing.T) {
 		publish(t, dev, fmt.Sprintf("devices/a%d/signal", j), "")
 	}
 	testenv.WaitFor(t, 10*time.Second, "the in-flight bound to fill", func() bool { return len(run.pipe.slots) == 8 })
-	time.Sleep(100 * time.Millisecond) // a handler that ignored the bound would show now
-	if n := len(run.pipe.slots); n != 8 {
-		t.Fatalf("in flight = %d, want the bound 8", n)
-	}
-	testenv.WaitFor(t, 10*time.Second, "a store error to be counted", func() bool { return value(run.m.storeErrors) > 0 })
+	// A handler that ignored the bound would show now.
+	testenv.Never(t, 100*time.Millisecond, "in flight other than the bound 8", func() bool { return len(run.pipe.slots) != 8 })
+	testenv.WaitFor(t, 10*time.Second, "a store error to be counted", func() bool { return testutil.ToFloat64(run.m.storeErrors) > 0 })
 	if err := r.env.Redis.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -534,10 +471,7 @@ func TestAckAfterStore(t *testing.T) {
 // event on its next signal, with the de-duplication id of that loss.
 func TestRecovery(t *testing.T) {
 	r := newRig(t, testenv.Options{Mosquitto: true})
-	sub, err := r.nc.SubscribeSync(r.pub.Subjects().Prefix + ".recovered.>")
-	if err != nil {
-		t.Fatal(err)
-	}
+	recovered := testenv.Record[dispatch.Recovered](t, r.nc, r.pub.Subjects.Prefix+".recovered.>")
 	ctx := context.Background()
 	lostDeadline := time.Now().Add(-time.Minute).UnixMilli()
 	if err := r.store.MarkLost(ctx, "v1", lostDeadline, lostDeadline+5); err != nil {
@@ -551,31 +485,23 @@ func TestRecovery(t *testing.T) {
 	publish(t, dev, "devices/valve/v1/signal", "")
 	run.stored(t, 2)
 	after := time.Now()
-	m, err := sub.NextMsg(5 * time.Second)
-	if err != nil {
-		t.Fatalf("no recovered event: %v", err)
-	}
+	m := recovered.Wait(t, 5*time.Second, "a recovered event", nil)
 	if m.Subject != "sigwatch.recovered.valve" {
 		t.Errorf("subject = %q, want sigwatch.recovered.valve", m.Subject)
 	}
-	var ev dispatch.Recovered
-	if err := json.Unmarshal(m.Data, &ev); err != nil {
-		t.Fatal(err)
-	}
+	ev := m.Body
 	if ev.ID != dispatch.RecoveredID("v1", lostDeadline) || ev.Device != "v1" || ev.Type != "valve" || ev.LostAt != lostDeadline {
 		t.Errorf("recovered event = %+v, want id %q, device v1, type valve, lost_at %d", ev, dispatch.RecoveredID("v1", lostDeadline), lostDeadline)
 	}
 	if ev.RecoveredAt < before.UnixMilli() || ev.RecoveredAt > after.UnixMilli() {
 		t.Errorf("recovered_at = %d, want within [%d, %d]", ev.RecoveredAt, before.UnixMilli(), after.UnixMilli())
 	}
-	if m, err := sub.NextMsg(200 * time.Millisecond); err == nil {
-		t.Errorf("unexpected second recovered event %s", m.Data)
-	}
+	testenv.Never(t, 200*time.Millisecond, "a second recovered event", func() bool { return recovered.Len() > 1 })
 	devs, _ := r.store.Devices(ctx, []string{"v1"})
 	if devs[0].LostDeadline != 0 {
 		t.Errorf("lost mark still set after recovery: %+v", devs[0])
 	}
-	if got := value(run.m.recovered); got != 1 {
+	if got := testutil.ToFloat64(run.m.recovered); got != 1 {
 		t.Errorf("recovered_total = %v, want 1", got)
 	}
 }
@@ -596,7 +522,7 @@ func TestWatermark(t *testing.T) {
 	}
 	start := time.Now().UnixMilli()
 	testenv.WaitFor(t, 5*time.Second, "the watermark to pass the start", func() bool { wm, _ := watermark(); return wm > start })
-	if g := run.gauge(t, "sigwatch_ingest_connected"); g != 1 {
+	if g := testenv.Gathered(t, run.reg, "sigwatch_ingest_connected"); g != 1 {
 		t.Errorf("connected = %v while connected, want 1", g)
 	}
 
@@ -608,19 +534,23 @@ func TestWatermark(t *testing.T) {
 		c := run.src.client.Load()
 		return !(*c).IsConnectionOpen()
 	})
-	time.Sleep(100 * time.Millisecond) // barriers in flight settle
+	// Barriers in flight settle, never past the moment the broker died.
+	testenv.Never(t, 100*time.Millisecond, fmt.Sprintf("the watermark past the moment the broker died (%d)", killed), func() bool {
+		wm, _ := watermark()
+		return wm > killed
+	})
 	held, _ := watermark()
 	if held > killed {
 		t.Errorf("watermark %d is past the moment the broker died (%d)", held, killed)
 	}
-	time.Sleep(time.Second)
-	if wm, _ := watermark(); wm != held {
-		t.Errorf("watermark moved from %d to %d while the broker was down", held, wm)
-	}
-	if g := run.gauge(t, "sigwatch_ingest_connected"); g != 0 {
+	testenv.Never(t, time.Second, fmt.Sprintf("the watermark moved from %d while the broker was down", held), func() bool {
+		wm, _ := watermark()
+		return wm != held
+	})
+	if g := testenv.Gathered(t, run.reg, "sigwatch_ingest_connected"); g != 0 {
 		t.Errorf("connected = %v while the broker is down, want 0", g)
 	}
-	if age := run.gauge(t, "sigwatch_ingest_watermark_age_seconds"); age < 1 {
+	if age := testenv.Gathered(t, run.reg, "sigwatch_ingest_watermark_age_seconds"); age < 1 {
 		t.Errorf("watermark age = %vs after 1s without a broker, want >= 1", age)
 	}
 
@@ -676,31 +606,13 @@ func TestSignalAPI(t *testing.T) {
 	}
 }
 
-// ownGoroutines counts goroutines running ingest's or paho's code, and
-// returns their stacks. Servers and shared clients (rueidis starts its
-// pipes lazily) are not counted.
-func ownGoroutines() (int, string) {
-	buf := make([]byte, 4<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	n := 0
-	var own []string
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "sigwatch/ingest.(") || strings.Contains(g, "paho") {
-			if strings.Contains(g, "ownGoroutines") {
-				continue
-			}
-			n++
-			own = append(own, g)
-		}
-	}
-	return n, strings.Join(own, "\n\n")
-}
-
 // Every goroutine Run starts (and the MQTT client's) is gone once it returns.
+// The servers' and the shared clients' goroutines are the kit's background;
+// paho's are not, so they count.
 func TestRunLeavesNoGoroutines(t *testing.T) {
 	r := newRig(t, testenv.Options{Mosquitto: true})
 	dev := device(t, r.env.Mosquitto.URL)
-	before, _ := ownGoroutines()
+	before := testenv.IgnoreCurrent()
 	run := r.start(t, Options{})
 	for j := range 50 {
 		publish(t, dev, fmt.Sprintf("devices/l%d/signal", j), "")
@@ -709,21 +621,11 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 		t.Fatal(err)
 	}
 	run.stored(t, 51)
-	if n, _ := ownGoroutines(); n <= before {
-		t.Fatalf("%d goroutines while running, %d before: the count sees nothing of Run", n, before)
+	if testenv.Leaks(before) == nil {
+		t.Fatal("no goroutines but those from before Run while it runs: the check sees nothing of Run")
 	}
 	run.stop(t)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n, stacks := ownGoroutines()
-		if n <= before {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines of ingest or paho, want at most %d as before Run:\n%s", n, before, stacks)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.VerifyNone(t, before)
 }
 
 // Run stops promptly, leaving nothing behind, while it cannot reach the
@@ -734,7 +636,7 @@ func TestRunStopsWhileBrokerUnreachable(t *testing.T) {
 	if err := r.env.Mosquitto.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	before, _ := ownGoroutines()
+	before := testenv.IgnoreCurrent()
 	in, err := New(Options{Brokers: []string{url}, ClientID: "unreachable", Thresholds: r.thr}, r.store, r.topo, r.pub, nil, testLog())
 	if err != nil {
 		t.Fatal(err)
@@ -746,7 +648,10 @@ func TestRunStopsWhileBrokerUnreachable(t *testing.T) {
 	if err := in.Signal(context.Background(), "api", "", time.Time{}); err != nil {
 		t.Fatalf("Signal: %v", err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	testenv.Never(t, 300*time.Millisecond, "the watermark moved without a broker", func() bool {
+		wm, _, _ := r.store.Watermark(context.Background())
+		return wm != 0
+	})
 	cancel()
 	select {
 	case err := <-done:
@@ -759,17 +664,7 @@ func TestRunStopsWhileBrokerUnreachable(t *testing.T) {
 	if wm, _, _ := r.store.Watermark(context.Background()); wm != 0 {
 		t.Errorf("watermark = %d without a broker, want 0", wm)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n, stacks := ownGoroutines()
-		if n <= before {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines of ingest or paho, want at most %d:\n%s", n, before, stacks)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.VerifyNone(t, before)
 }
 
 // Members of a shared group split the stream; the watermark is that of the
@@ -785,9 +680,9 @@ func TestSharedGroup(t *testing.T) {
 		publish(t, dev, fmt.Sprintf("devices/s%d/signal", j), "")
 	}
 	testenv.WaitFor(t, 10*time.Second, "100 signals stored by the group", func() bool {
-		return value(a.m.signals)+value(b.m.signals) >= 100
+		return testutil.ToFloat64(a.m.signals)+testutil.ToFloat64(b.m.signals) >= 100
 	})
-	if na, nb := value(a.m.signals), value(b.m.signals); na == 0 || nb == 0 || na+nb != 100 {
+	if na, nb := testutil.ToFloat64(a.m.signals), testutil.ToFloat64(b.m.signals); na == 0 || nb == 0 || na+nb != 100 {
 		t.Errorf("members stored %v and %v signals, want a split of 100", na, nb)
 	}
 	for j := range 100 {
@@ -879,6 +774,6 @@ func TestBrokerDropsAreSurfaced(t *testing.T) {
 	run := r.start(t, Options{})
 	defer run.stop(t)
 	testenv.WaitFor(t, 10*time.Second, "the broker's dropped count", func() bool {
-		return run.gauge(t, "sigwatch_ingest_broker_dropped_messages") >= 0
+		return testenv.Gathered(t, run.reg, "sigwatch_ingest_broker_dropped_messages") >= 0
 	})
 }

@@ -1,15 +1,12 @@
 package shard_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/sigwatch/sigwatch/internal/testenv"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -18,8 +15,7 @@ import (
 // later than any write under it), the topology moves to 2N/prev N/epoch+1,
 // and a second doubling is refused with what to do while the first drains.
 func TestDoublePublishesLayoutThenTopology(t *testing.T) {
-	ctx := context.Background()
-	s := redisStore(t)
+	ctx, s := newStore(t)
 	if _, err := s.InitTopology(ctx, 4); err != nil {
 		t.Fatal(err)
 	}
@@ -55,8 +51,7 @@ func TestDoublePublishesLayoutThenTopology(t *testing.T) {
 // TestDoubleRefusesAboveMaxShards proves the topology never grows past
 // shard.MaxShards.
 func TestDoubleRefusesAboveMaxShards(t *testing.T) {
-	ctx := context.Background()
-	s := redisStore(t)
+	ctx, s := newStore(t)
 	if _, err := s.InitTopology(ctx, shard.MaxShards); err != nil {
 		t.Fatal(err)
 	}
@@ -70,8 +65,7 @@ func TestDoubleRefusesAboveMaxShards(t *testing.T) {
 // refused and adds nothing, and a Writer places it again under the
 // topology it reads and writes it where it now belongs.
 func TestFloorRefusesStaleWriters(t *testing.T) {
-	ctx := context.Background()
-	s := redisStore(t)
+	ctx, s := newStore(t)
 	old, err := s.InitTopology(ctx, 4)
 	if err != nil {
 		t.Fatal(err)
@@ -148,8 +142,7 @@ func TestFloorRefusesStaleWriters(t *testing.T) {
 // doubling ends only when every old shard reported none after its floor
 // was raised for the current epoch.
 func TestDrainFinishesOnlyWhenEveryOldShardIsClean(t *testing.T) {
-	ctx := context.Background()
-	s := redisStore(t)
+	ctx, s := newStore(t)
 	if _, err := s.InitTopology(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
@@ -225,49 +218,5 @@ func TestDrainFinishesOnlyWhenEveryOldShardIsClean(t *testing.T) {
 	}
 	if _, err := s.Double(ctx, now); err != nil {
 		t.Errorf("double after the drain: %v, want allowed", err)
-	}
-}
-
-// TestWriterReportsItsEpoch proves the writer side of the drain: a writer
-// reports the epoch it writes with, moves on when its topology does, and
-// removes its report when it stops; a silent writer stops counting after
-// WriterTimeout.
-func TestWriterReportsItsEpoch(t *testing.T) {
-	ctx := context.Background()
-	s := redisStore(t)
-	var (
-		mu   sync.Mutex
-		topo = shard.Topology{Shards: 4, Epoch: 1}
-	)
-	current := func() shard.Topology { mu.Lock(); defer mu.Unlock(); return topo }
-	w := shard.NewWriter(s, "w1", current, s.Topology)
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); w.Run(rctx, nil, nil) }()
-	reported := func(want int64) func() bool {
-		return func() bool {
-			rs, err := s.Writers(ctx)
-			return err == nil && rs["w1"].Epoch == want
-		}
-	}
-	testenv.WaitFor(t, 2*time.Second, "w1 to report epoch 1", reported(1))
-	mu.Lock()
-	topo = shard.Topology{Shards: 8, Prev: 4, Epoch: 2}
-	mu.Unlock()
-	testenv.WaitFor(t, time.Second, "w1 to report epoch 2", reported(2))
-	rs, _ := s.Writers(ctx)
-	if ok, lagging := shard.WritersCurrent(rs, 2, time.Now()); !ok {
-		t.Errorf("writers lagging %v at epoch 2, want none", lagging)
-	}
-	if ok, lagging := shard.WritersCurrent(rs, 3, time.Now()); ok || len(lagging) != 1 {
-		t.Errorf("at epoch 3: got current %v lagging %v, want w1 lagging", ok, lagging)
-	}
-	if ok, _ := shard.WritersCurrent(rs, 3, time.Now().Add(shard.WriterTimeout+time.Second)); !ok {
-		t.Errorf("a writer silent past WriterTimeout still holds the drain back")
-	}
-	cancel()
-	<-done
-	if rs, _ := s.Writers(ctx); len(rs) != 0 {
-		t.Errorf("reports after the writer stopped: %v, want none", rs)
 	}
 }

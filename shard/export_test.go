@@ -23,9 +23,3 @@ func (s *Store) Layout(ctx context.Context, i int) (shards int, floor int64, err
 func (s *Store) ExpireLease(ctx context.Context, i int) error {
 	return s.c.Do(ctx, s.c.B().Del().Key(s.k.Owner(i)).Build()).Error()
 }
-
-// PartKey is the key named name in id's registry partition.
-func (k Keys) PartKey(id, name string) string { return k.partKey(id, name) }
-
-// PartKeyAt is the key named name in registry partition p.
-func (k Keys) PartKeyAt(p int, name string) string { return k.partKeyAt(p, name) }

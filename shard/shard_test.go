@@ -2,7 +2,6 @@ package shard
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 )
 
@@ -32,25 +31,6 @@ func TestValidCount(t *testing.T) {
 	for _, n := range []int{0, -1, 3, 12, MaxShards * 2} {
 		if ValidCount(n) == nil {
 			t.Errorf("ValidCount(%d) = nil, want error", n)
-		}
-	}
-}
-
-// TestKeysShareHashTag checks that every key of shard i carries {i}, so a
-// script touching them stays on one Cluster slot.
-func TestKeysShareHashTag(t *testing.T) {
-	k := NewKeys("")
-	for _, key := range []string{k.Timers(Deadlines, 7), k.Timers(Repeats, 7), k.Owner(7), k.Fence(7)} {
-		if !strings.Contains(key, "{7}") || !strings.HasPrefix(key, "sw:") {
-			t.Errorf("key %q: want prefix sw: and hash tag {7}", key)
-		}
-	}
-	if k.Registry("a") != k.PartKey("a", "reg") {
-		t.Errorf("registry key %q is not the partition key", k.Registry("a"))
-	}
-	for _, key := range []string{k.Topology(), k.Watermark(), k.Outages(), k.Overrides(), k.OverridesVersion()} {
-		if !strings.Contains(key, "{meta}") {
-			t.Errorf("key %q: want hash tag {meta} so the watermark script stays on one slot", key)
 		}
 	}
 }

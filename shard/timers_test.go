@@ -1,7 +1,6 @@
 package shard_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/sigwatch/sigwatch/shard"
@@ -13,8 +12,7 @@ import (
 // compare-and-remove or compare-and-move leaves it alone), and creates an
 // absent one only when asked.
 func TestArm(t *testing.T) {
-	ctx := context.Background()
-	s := redisStore(t)
+	ctx, s := newStore(t)
 	const f, i = shard.Repeats, 0
 	arm := func(id string, at, horizon int64, create bool) (int64, bool) {
 		t.Helper()
@@ -56,11 +54,24 @@ func TestArm(t *testing.T) {
 			t.Errorf("%s: stored %d, want %d", c.name, sc, c.want)
 		}
 	}
-	k := shard.NewKeys("sw")
-	if got := k.Alarm().Timers(shard.Repeats, 3); got != "sw:alarm:{3}:rp" {
-		t.Errorf("alarm timer key = %q, want sw:alarm:{3}:rp", got)
+}
+
+// TestHeadAndScore reads single entries back through plain commands, whose
+// replies differ from the scripts' (RESP3 pairs).
+func TestHeadAndScore(t *testing.T) {
+	ctx, s := newStore(t)
+	if _, ok, err := s.Head(ctx, shard.Deadlines, 3); err != nil || ok {
+		t.Fatalf("head of empty shard: ok %v err %v, want none", ok, err)
 	}
-	if got := k.PartKeyAt(shard.Part("dev"), "alarm"); got != k.PartKey("dev", "alarm") {
-		t.Errorf("PartKeyAt = %q, want PartKey's %q", got, k.PartKey("dev", "alarm"))
+	es := []shard.Entry{{ID: "b", Deadline: 2000}, {ID: "a", Deadline: 1000}}
+	if _, err := s.Upsert(ctx, shard.Deadlines, map[int][]shard.Entry{3: es}); err != nil {
+		t.Fatal(err)
+	}
+	h, ok, err := s.Head(ctx, shard.Deadlines, 3)
+	if err != nil || !ok || h != es[1] {
+		t.Fatalf("head = %+v %v %v, want %+v", h, ok, err, es[1])
+	}
+	if d, ok, err := s.Score(ctx, shard.Deadlines, 3, "b"); err != nil || !ok || d != 2000 {
+		t.Fatalf("score of b = %d %v %v, want 2000", d, ok, err)
 	}
 }

@@ -1,25 +1,36 @@
 package shard_test
 
 import (
-	"context"
+	"slices"
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
-	"github.com/sigwatch/sigwatch/internal/testenv"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
-func newStore(t *testing.T) *shard.Store {
-	t.Helper()
-	env := testenv.New(t, testenv.Options{})
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{env.Redis.Addr}, DisableCache: true})
+// TestWatermarkRecordsOutages proves the watermark only moves forward and a
+// jump larger than the gap is recorded as an outage (invariant 6's input).
+func TestWatermarkRecordsOutages(t *testing.T) {
+	ctx, s := newStore(t)
+	if wm, outs, err := s.Watermark(ctx); err != nil || wm != 0 || len(outs) != 0 {
+		t.Fatalf("fresh: got %d %v %v, want 0 and no outages", wm, outs, err)
+	}
+	gap := time.Second
+	for _, ms := range []int64{10_000, 10_500, 10_200, 11_000, 15_000, 15_100} {
+		if _, err := s.AdvanceWatermark(ctx, ms, gap); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wm, outs, err := s.Watermark(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Close)
-	return shard.NewStore(c, shard.NewKeys("sw"))
+	if wm != 15_100 {
+		t.Errorf("got watermark %d, want 15100", wm)
+	}
+	if want := []shard.Outage{{11_000, 15_000}}; !slices.Equal(outs, want) {
+		t.Errorf("got outages %v, want %v", outs, want)
+	}
 }
 
 // TestMemberWatermark proves invariant 6 for several ingest members: a
@@ -27,8 +38,7 @@ func newStore(t *testing.T) *shard.Store {
 // any group stands on its own, a dead member holds the watermark back only
 // until its timeout, and the gap it leaves is recorded as an outage.
 func TestMemberWatermark(t *testing.T) {
-	ctx := context.Background()
-	s := newStore(t)
+	ctx, s := newStore(t)
 	base := time.UnixMilli(1_700_000_000_000)
 	const timeout, gap = 10 * time.Second, 3 * time.Second
 	a := shard.Member{Group: "g", ID: "a"}
@@ -74,26 +84,5 @@ func TestMemberWatermark(t *testing.T) {
 	}
 	if _, ok := ms["|solo"]; ok || len(ms) != 1 {
 		t.Fatalf("members after leave = %v, want only g|a", ms)
-	}
-}
-
-// TestHeadAndScore reads single entries back through plain commands, whose
-// replies differ from the scripts' (RESP3 pairs).
-func TestHeadAndScore(t *testing.T) {
-	ctx := context.Background()
-	s := newStore(t)
-	if _, ok, err := s.Head(ctx, shard.Deadlines, 3); err != nil || ok {
-		t.Fatalf("head of empty shard: ok %v err %v, want none", ok, err)
-	}
-	es := []shard.Entry{{ID: "b", Deadline: 2000}, {ID: "a", Deadline: 1000}}
-	if _, err := s.Upsert(ctx, shard.Deadlines, map[int][]shard.Entry{3: es}); err != nil {
-		t.Fatal(err)
-	}
-	h, ok, err := s.Head(ctx, shard.Deadlines, 3)
-	if err != nil || !ok || h != es[1] {
-		t.Fatalf("head = %+v %v %v, want %+v", h, ok, err, es[1])
-	}
-	if d, ok, err := s.Score(ctx, shard.Deadlines, 3, "b"); err != nil || !ok || d != 2000 {
-		t.Fatalf("score of b = %d %v %v, want 2000", d, ok, err)
 	}
 }
