@@ -471,7 +471,7 @@ func TestAckAfterStore(t *testing.T) {
 // event on its next signal, with the de-duplication id of that loss.
 func TestRecovery(t *testing.T) {
 	r := newRig(t, testenv.Options{Mosquitto: true})
-	recovered := testenv.Record[dispatch.Recovered](t, r.nc, r.pub.Subjects.Prefix+".recovered.>")
+	recovered := testenv.Record[dispatch.Recovered](t, r.nc, r.pub.Subjects().Prefix+".recovered.>")
 	ctx := context.Background()
 	lostDeadline := time.Now().Add(-time.Minute).UnixMilli()
 	if err := r.store.MarkLost(ctx, "v1", lostDeadline, lostDeadline+5); err != nil {
