@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/internal/ratelog"
 )
 
 // deadLetters is the stage that forwards input ingest refused to the
@@ -21,7 +22,7 @@ type deadLetters struct {
 	pub    *dispatch.Publisher // nil: refusals are counted and logged only
 	log    *slog.Logger
 	m      *metrics
-	logLim *logLimit
+	logLim *ratelog.Limiter
 
 	// mu orders refuse against close: refuse holds it shared while it
 	// hands a refusal over, close takes it to set closed and close queue.
@@ -47,7 +48,7 @@ func newDeadLetters(pub *dispatch.Publisher, m *metrics, log *slog.Logger) *dead
 		pub:    pub,
 		log:    log,
 		m:      m,
-		logLim: newLogLimit(time.Second),
+		logLim: ratelog.New(time.Second, nil),
 		queue:  make(chan refusal, invalidQueue),
 	}
 }
@@ -58,9 +59,7 @@ func newDeadLetters(pub *dispatch.Publisher, m *metrics, log *slog.Logger) *dead
 func (d *deadLetters) refuse(err error, topic string, m mqtt.Message, now time.Time) {
 	reason := reasonOf(err)
 	d.m.invalid[reason].Inc()
-	if ok, suppressed := d.logLim.allow(now); ok {
-		d.log.Warn("refused invalid message", "reason", reason, "topic", topic, "err", err, "suppressed", suppressed)
-	}
+	d.logLim.Warn(d.log, "refused", "refused invalid message", "reason", reason, "topic", topic, "err", err)
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.closed {

@@ -92,8 +92,8 @@ func (p *pipeline) upsert(ctx context.Context, es []shard.Entry) ([]string, bool
 // attempt. It returns false if ctx ended.
 func (p *pipeline) retry(ctx context.Context, attempt int, what string, err error) bool {
 	p.m.storeErrors.Inc()
-	if ok, suppressed := p.errLog.allow(p.opts.Now()); ok && ctx.Err() == nil {
-		p.log.Warn("retrying: "+what+" failed", "err", err, "attempt", attempt+1, "suppressed", suppressed)
+	if ctx.Err() == nil {
+		p.errLog.Warn(p.log, "store", "retrying: "+what+" failed", "err", err, "attempt", attempt+1)
 	}
 	return backoff.Wait(ctx, storeBackoff.Delay(attempt))
 }

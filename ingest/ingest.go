@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/internal/ratelog"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -73,7 +74,7 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Pu
 		wm:       in.wm,
 		log:      log,
 		m:        m,
-		errLog:   newLogLimit(time.Second),
+		errLog:   ratelog.New(time.Second, opts.Now),
 		slots:    make(chan struct{}, opts.MaxInFlight),
 		work:     make(chan signal, 1024),
 		stopping: make(chan struct{}),

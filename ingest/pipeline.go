@@ -10,6 +10,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/internal/ratelog"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -32,7 +33,7 @@ type pipeline struct {
 	wm     *watermark
 	log    *slog.Logger
 	m      *metrics
-	errLog *logLimit
+	errLog *ratelog.Limiter
 
 	// slots bounds signals received but not yet stored and acked; a
 	// sender that cannot take a slot waits, so the broker queues.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/sigwatch/sigwatch/internal/ratelog"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -28,7 +29,7 @@ type source struct {
 	log     *slog.Logger
 	pipe    *pipeline
 	dead    *deadLetters
-	connLog *keyedLimit
+	connLog *ratelog.Limiter
 
 	client      atomic.Pointer[mqtt.Client]
 	connectedAt atomic.Int64 // unix ms when the current connection was subscribed; 0 before
@@ -38,7 +39,7 @@ type source struct {
 }
 
 func newSource(opts *Options, pipe *pipeline, dead *deadLetters, log *slog.Logger) *source {
-	s := &source{opts: opts, log: log, pipe: pipe, dead: dead, connLog: newKeyedLimit(time.Minute)}
+	s := &source{opts: opts, log: log, pipe: pipe, dead: dead, connLog: ratelog.New(time.Minute, opts.Now)}
 	s.brokerDropped.Store(-1)
 	return s
 }
@@ -235,7 +236,7 @@ func (s *source) onConnectionNotification(_ mqtt.Client, n mqtt.ConnectionNotifi
 	if !ok || f.Reason == nil {
 		return
 	}
-	if s.connLog.allow(f.Reason.Error(), s.opts.Now()) {
+	if ok, _ := s.connLog.Allow(f.Reason.Error()); ok {
 		s.log.Error("cannot connect to the MQTT broker; retrying (check mqtt.brokers, credentials and TLS)",
 			"brokers", s.opts.Brokers, "err", f.Reason)
 	}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sigwatch/sigwatch/internal/ratelog"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -25,7 +26,7 @@ type watermark struct {
 	opts   *Options
 	log    *slog.Logger
 	m      *metrics
-	errLog *logLimit
+	errLog *ratelog.Limiter
 
 	track tracker
 	ready atomic.Int64  // highest probe time whose barrier passed
@@ -43,7 +44,7 @@ func newWatermark(opts *Options, store *shard.Store, m *metrics, log *slog.Logge
 		opts:   opts,
 		log:    log,
 		m:      m,
-		errLog: newLogLimit(time.Second),
+		errLog: ratelog.New(time.Second, opts.Now),
 		track:  tracker{ahead: make(map[uint64]struct{})},
 		kick:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
@@ -101,9 +102,7 @@ func (w *watermark) run(ctx context.Context) {
 		cancel()
 		if err != nil {
 			w.m.storeErrors.Inc()
-			if ok, suppressed := w.errLog.allow(w.opts.Now()); ok {
-				w.log.Warn("advance watermark failed", "err", err, "suppressed", suppressed)
-			}
+			w.errLog.Warn(w.log, "advance", "advance watermark failed", "err", err)
 			retry.Reset(w.opts.ProbeInterval)
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/internal/backoff"
 	"github.com/sigwatch/sigwatch/shard"
 	"github.com/sigwatch/sigwatch/shard/queue"
 )
@@ -169,20 +170,15 @@ func (h *lost) Revived(ctx context.Context, fired, revived shard.Entry) error {
 // retry calls f until it succeeds, waiting 50ms doubling up to 2s between
 // attempts, or until ctx is done.
 func (h *lost) retry(ctx context.Context, what, id string, f func() error) error {
-	wait := 50 * time.Millisecond
+	bo := backoff.Backoff{Policy: backoff.Policy{Base: 50 * time.Millisecond, Max: 2 * time.Second}}
 	for {
 		err := f()
 		if err == nil {
 			return nil
 		}
 		h.log.Warn(what+"; retrying", "device", id, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !bo.Wait(ctx) {
 			return fmt.Errorf("scanner: %s of %s: %w", what, id, err)
-		case <-t.C:
 		}
-		wait = min(2*wait, 2*time.Second)
 	}
 }

@@ -23,7 +23,7 @@ func (e *Engine) drain(ctx context.Context) {
 		case <-tick.C:
 		}
 		if err := e.drainStep(ctx); err != nil && ctx.Err() == nil {
-			e.warn.Warn("drain", "drain check failed; retrying", "err", err)
+			e.warn.Warn(e.log, "drain", "drain check failed; retrying", "err", err)
 		}
 	}
 }
@@ -56,7 +56,7 @@ func (e *Engine) drainStep(ctx context.Context) error {
 	}
 	current, lagging := shard.WritersCurrent(writers, t.Epoch, now)
 	if !current && now.Sub(time.UnixMilli(t.Since)) > shard.WriterTimeout {
-		e.warn.Warn("drain-lagging", "doubling waits for writers still on an older topology",
+		e.warn.Warn(e.log, "drain-lagging", "doubling waits for writers still on an older topology",
 			"epoch", t.Epoch, "lagging", lagging)
 	}
 	var total int64

@@ -23,7 +23,7 @@ func (e *Engine) rebalance(ctx, loopCtx context.Context, wg *sync.WaitGroup) {
 	live, err := e.store.Heartbeat(ctx, e.opts.Replica, e.opts.Now(), e.opts.LeaseTTL)
 	if err != nil {
 		if ctx.Err() == nil {
-			e.warn.Warn("heartbeat", "heartbeat failed; keeping current shards", "err", err)
+			e.warn.Warn(e.log, "heartbeat", "heartbeat failed; keeping current shards", "err", err)
 		}
 		return
 	}
@@ -49,7 +49,7 @@ func (e *Engine) rebalance(ctx, loopCtx context.Context, wg *sync.WaitGroup) {
 		l, ok, err := e.store.Acquire(ctx, missing[j], e.opts.Replica, e.opts.LeaseTTL)
 		if err != nil {
 			if ctx.Err() == nil {
-				e.warn.Warn("acquire", "lease acquisition failed", "shard", missing[j], "err", err)
+				e.warn.Warn(e.log, "acquire", "lease acquisition failed", "shard", missing[j], "err", err)
 			}
 			return
 		}
@@ -103,7 +103,7 @@ func (e *Engine) renew(ctx context.Context) {
 		case errors.Is(err, shard.ErrNotOwner):
 			e.leaseLost(l, "renew")
 		case err != nil && ctx.Err() == nil:
-			e.warn.Warn("renew", "lease renewal failed", "shard", l.lease.Shard, "err", err)
+			e.warn.Warn(e.log, "renew", "lease renewal failed", "shard", l.lease.Shard, "err", err)
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sigwatch/sigwatch/internal/backoff"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -40,7 +41,7 @@ func (e *Engine) runShard(ctx context.Context, l *shardLoop) {
 		}
 		e.log.Debug("shard released", "shard", i)
 	}()
-	var bo backoff
+	bo := backoff.Backoff{Policy: stepBackoff}
 	for {
 		select {
 		case <-l.stop:
@@ -58,10 +59,10 @@ func (e *Engine) runShard(ctx context.Context, l *shardLoop) {
 			if ctx.Err() != nil {
 				return
 			}
-			e.warn.Warn(fmt.Sprint("shard", i), "scan failed; retrying", "shard", i, "err", err)
-			wait = bo.next()
+			e.warn.Warn(e.log, fmt.Sprint("shard", i), "scan failed; retrying", "shard", i, "err", err)
+			wait = bo.Next()
 		default:
-			bo.reset()
+			bo.Reset()
 		}
 		if wait > 0 && !sleepOrWake(ctx, l.stop, wait, wake) {
 			return
@@ -192,12 +193,5 @@ func (e *Engine) revived(ctx context.Context, handled, revived []shard.Entry) er
 	return nil
 }
 
-// backoff is the wait after a failed step: 50ms doubling up to 2s.
-type backoff struct{ d time.Duration }
-
-func (b *backoff) next() time.Duration {
-	b.d = min(max(2*b.d, 50*time.Millisecond), 2*time.Second)
-	return b.d
-}
-
-func (b *backoff) reset() { b.d = 0 }
+// stepBackoff is the wait after a failed step: 50ms doubling up to 2s.
+var stepBackoff = backoff.Policy{Base: 50 * time.Millisecond, Max: 2 * time.Second}

@@ -2,9 +2,6 @@ package queue
 
 import (
 	"fmt"
-	"log/slog"
-	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -56,39 +53,4 @@ func newMetrics(reg prometheus.Registerer, family string) (*metrics, error) {
 		}
 	}
 	return m, nil
-}
-
-// limitedLog logs a warning at most once per period for each key and says
-// how many were suppressed in between, so a Redis or NATS outage does not
-// flood the log.
-type limitedLog struct {
-	log    *slog.Logger
-	period time.Duration
-
-	mu      sync.Mutex
-	last    map[string]time.Time
-	dropped map[string]int
-}
-
-func newLimitedLog(log *slog.Logger, period time.Duration) *limitedLog {
-	return &limitedLog{log: log, period: period, last: map[string]time.Time{}, dropped: map[string]int{}}
-}
-
-// Warn logs msg unless key was logged less than a period ago.
-func (l *limitedLog) Warn(key, msg string, args ...any) {
-	l.mu.Lock()
-	now := time.Now()
-	if t, ok := l.last[key]; ok && now.Sub(t) < l.period {
-		l.dropped[key]++
-		l.mu.Unlock()
-		return
-	}
-	l.last[key] = now
-	n := l.dropped[key]
-	delete(l.dropped, key)
-	l.mu.Unlock()
-	if n > 0 {
-		args = append(args, "suppressed", n)
-	}
-	l.log.Warn(msg, args...)
 }

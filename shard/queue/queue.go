@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sigwatch/sigwatch/internal/ratelog"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -124,7 +125,7 @@ type Engine struct {
 	topo  *shard.Watcher
 	h     Handler
 	log   *slog.Logger
-	warn  *limitedLog
+	warn  *ratelog.Limiter // one line per second per kind of failure
 	m     *metrics
 	wm    *watermark
 
@@ -157,7 +158,7 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, h Handler, reg p
 		topo:  topo,
 		h:     h,
 		log:   log,
-		warn:  newLimitedLog(log, time.Second),
+		warn:  ratelog.New(time.Second, nil),
 		m:     m,
 		wm:    newWatermark(cmp.Or(opts.Watermark, store), opts.Poll, min(watermarkEvery, opts.Poll/2)),
 		loops: make(map[int]*shardLoop),
