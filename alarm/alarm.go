@@ -1,29 +1,3 @@
-// Package alarm keeps an alarm for every lost device: raised when the
-// device is lost, repeated at an interval (with optional backoff) while it
-// stays silent, resolved when it signals again, is acknowledged, removed,
-// or has been repeated enough. A device that keeps going lost and coming
-// back is damped into one flapping notification.
-//
-// Alarm workers consume sigwatch.lost.> and sigwatch.recovered.> from the
-// event stream through one durable pull consumer shared by every replica,
-// so each event is handled once (and again if a worker dies mid-way). A
-// device's alarm state lives in Redis beside its registry entry, and every
-// transition is one compare-and-set, so replicas racing on a device make
-// one transition and one notification. Notifications are published after
-// the transition is stored and cleared from it only once JetStream has
-// them; their Nats-Msg-Id (NoteID) is derived from the transition, so
-// publishing one again after a crash is dropped by JetStream.
-//
-// Repeat timers are not goroutines: they live in a second instance of the
-// sharded delay queue (shard.Keys.Alarm, family shard.Repeats) with its own
-// topology and leases, run by a shard/queue engine with the alarm's
-// handler (repeat.go). Its claims are bounded by the ingest watermark, so a
-// repeat fires only when "has the device signalled again?" can be answered.
-//
-// Goroutines and their owners: Run owns the repeat timers' engine, the event
-// consumer with its handlers, and the gauge counter. On shutdown the
-// consumer stops taking events and finishes those in hand, then the
-// engine finishes its in-flight batch, then Run returns.
 package alarm
 
 import (

@@ -1,11 +1,3 @@
-// Command sigwatch watches fleets of IoT devices for signal loss.
-//
-//	sigwatch run [--config sigwatch.yaml]   run the service (roles: ingest, scanner, alarm, api)
-//	sigwatch demo                           run everything on embedded servers with a simulated fleet (make demo)
-//	sigwatch simulate --broker URL          publish signals of a simulated fleet to any broker
-//	sigwatch shards status|double           show the topology and every shard; double the shards
-//	sigwatch device get|rm|threshold|ack ID look at or change one device through the API
-//	sigwatch mute add|ls|rm                 mute alarms of a device or a type for a while
 package main
 
 import (

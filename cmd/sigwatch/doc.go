@@ -1,0 +1,23 @@
+// Command sigwatch watches fleets of IoT devices for signal loss.
+//
+//	sigwatch run [--config sigwatch.yaml]   run the service (roles: ingest, scanner, alarm, api)
+//	sigwatch demo                           run everything on embedded servers with a simulated fleet (make demo)
+//	sigwatch simulate --broker URL          publish signals of a simulated fleet to any broker
+//	sigwatch shards status|double           show the topology and every shard; double the shards
+//	sigwatch device get|rm|threshold|ack ID look at or change one device through the API
+//	sigwatch mute add|ls|rm                 mute alarms of a device or a type for a while
+//
+// The command only composes, wires and serves; what sigwatch does lives in
+// its packages. Where things live here:
+//   - main.go: the subcommands and signal handling.
+//   - config.go: Config, composed of the sections each package owns, loaded
+//     from YAML with the SIGWATCH_* environment overlaid; unknown keys are
+//     refused.
+//   - run.go: Start wires the roles to Redis, NATS and the broker;
+//     group.go runs them as an ordered group that stops in reverse.
+//   - http.go: routes, the bearer token, the one error-to-status mapping;
+//     devices.go, alarms.go, shards.go: the handlers and commands of each
+//     resource; shardstatus.go: the shard view of GET /v1/shards.
+//   - admin.go: the commands that talk to a running sigwatch's API;
+//     simulate.go: a simulated fleet; demo.go: the demo (build tag demo).
+package main
