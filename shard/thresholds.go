@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/sigwatch/sigwatch/internal/periodic"
 )
 
 // SetOverride sets a per-device threshold (0 removes it).
@@ -111,16 +112,9 @@ func (t *Thresholds) Reload(ctx context.Context) error {
 
 // Run reloads every interval until ctx is done.
 func (t *Thresholds) Run(ctx context.Context, interval time.Duration, log *slog.Logger) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if err := t.Reload(ctx); err != nil && ctx.Err() == nil && log != nil {
-				log.Warn("threshold overrides reload failed", "err", err)
-			}
+	periodic.Run(ctx, interval, func(time.Time) {
+		if err := t.Reload(ctx); err != nil && ctx.Err() == nil && log != nil {
+			log.Warn("threshold overrides reload failed", "err", err)
 		}
-	}
+	})
 }
