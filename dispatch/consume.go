@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sigwatch/sigwatch/internal/backoff"
 )
 
 // ConsumerOptions shape a durable consumer of lost and recovered events
@@ -76,7 +77,7 @@ func (p *Publisher) Consume(ctx context.Context, opts ConsumerOptions, h EventHa
 			if cons, err = c.create(ctx); err == nil {
 				break
 			}
-			if !sleep(ctx, time.Second) {
+			if !backoff.Wait(ctx, time.Second) {
 				return nil
 			}
 		}
@@ -152,7 +153,7 @@ func (c *consumer) pull(ctx context.Context, cons jetstream.Consumer, cancelWork
 				c.log.Warn("events: pull failed; retrying", "err", err, "failures", failures)
 			}
 			// Once ctx is done the iterator closes; until then, pause.
-			sleep(ctx, min(time.Duration(failures)*100*time.Millisecond, 2*time.Second))
+			backoff.Wait(ctx, min(time.Duration(failures)*100*time.Millisecond, 2*time.Second))
 			continue
 		}
 		failures = 0
@@ -164,22 +165,22 @@ func (c *consumer) pull(ctx context.Context, cons jetstream.Consumer, cancelWork
 // otherwise it is delivered again after a pause.
 func (c *consumer) handle(ctx context.Context, msg jetstream.Msg) {
 	var err error
+	read := true
 	subj := msg.Subject()
 	switch {
 	case strings.HasPrefix(subj, c.lostPrefix()):
 		var ev Lost
-		if err = json.Unmarshal(msg.Data(), &ev); err != nil || ev.Device == "" {
-			c.refuse(msg, err)
-			return
+		if read = c.read(msg, &ev, &ev.Device); read {
+			err = c.h.Lost(ctx, ev)
 		}
-		err = c.h.Lost(ctx, ev)
 	case strings.HasPrefix(subj, c.recoveredPrefix()):
 		var ev Recovered
-		if err = json.Unmarshal(msg.Data(), &ev); err != nil || ev.Device == "" {
-			c.refuse(msg, err)
-			return
+		if read = c.read(msg, &ev, &ev.Device); read {
+			err = c.h.Recovered(ctx, ev)
 		}
-		err = c.h.Recovered(ctx, ev)
+	}
+	if !read {
+		return
 	}
 	if err != nil {
 		delay := time.Second
@@ -194,20 +195,15 @@ func (c *consumer) handle(ctx context.Context, msg jetstream.Msg) {
 	_ = msg.Ack()
 }
 
-// refuse drops an event that cannot be read: redelivering it cannot help.
-func (c *consumer) refuse(msg jetstream.Msg, err error) {
+// read decodes msg into ev, whose device field is device, and reports
+// whether it could. An event that cannot be decoded or names no device is
+// dropped: redelivering it cannot help.
+func (c *consumer) read(msg jetstream.Msg, ev any, device *string) bool {
+	err := json.Unmarshal(msg.Data(), ev)
+	if err == nil && *device != "" {
+		return true
+	}
 	c.log.Error("event unreadable; dropped", "subject", msg.Subject(), "err", err, "body", string(msg.Data()))
 	_ = msg.Term()
-}
-
-// sleep waits d and reports false if ctx ended first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return false
 }
