@@ -47,9 +47,9 @@ func (s *Store) InitTopology(ctx context.Context, initial int) (Topology, error)
 
 // Topology reads the topology in force.
 func (s *Store) Topology(ctx context.Context) (Topology, error) {
-	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(s.k.Topology()).Build()).AsStrMap()
+	m, err := s.hashAll(ctx, s.k.Topology(), "topology")
 	if err != nil {
-		return Topology{}, fmt.Errorf("shard: read topology: %w", err)
+		return Topology{}, err
 	}
 	if len(m) == 0 {
 		return Topology{}, errors.New("shard: no topology in Redis yet: start `sigwatch run` once to create it")
