@@ -151,12 +151,7 @@ func (r *runner) peerAsynq(ctx context.Context, ids []string) (measured, error) 
 	}
 	wg.Wait()
 	el := time.Since(t0)
-	m := measured{Ops: done.Load(), Errors: errs.Load()}
-	if m.Ops > 0 {
-		m.Rate = float64(m.Ops) / el.Seconds()
-		m.ClientCPUus = float64((processCPU() - cpu0).Microseconds()) / float64(m.Ops)
-		m.RedisCPUus = float64((r.e.redisCPU(ctx) - meter).Microseconds()) / float64(m.Ops)
-	}
+	m := newMeasured(done.Load(), errs.Load(), el, processCPU()-cpu0, r.e.redisCPU(ctx)-meter)
 	r.p.Printf("peers", "asynq: %.0f resets/s (%d errors)", m.Rate, m.Errors)
 	return m, r.e.flush(ctx)
 }
@@ -251,12 +246,7 @@ func (r *runner) peerPostgres(ctx context.Context, ids []string) (measured, stri
 	}
 	wg.Wait()
 	el := time.Since(t0)
-	m := measured{Ops: done.Load(), Errors: errs.Load()}
-	if m.Ops > 0 {
-		m.Rate = float64(m.Ops) / el.Seconds()
-		m.ClientCPUus = float64((processCPU() - cpu0).Microseconds()) / float64(m.Ops)
-		m.RedisCPUus = float64((pg.cpu() - pgCPU0).Microseconds()) / float64(m.Ops)
-	}
+	m := newMeasured(done.Load(), errs.Load(), el, processCPU()-cpu0, pg.cpu()-pgCPU0)
 	// The resets really moved deadlines: rows loaded at far+j now hold a
 	// deadline set during the measurement.
 	var moved int64
