@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -106,11 +105,6 @@ var (
 	errBadRequest = errors.New("bad request")
 	errNotFound   = errors.New("not found")
 )
-
-// badRequest wraps a refusal of the request's input.
-func badRequest(format string, a ...any) error {
-	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, a...))
-}
 
 // writeErr answers err with its status; the message is err's own, without
 // the class it was wrapped in.
