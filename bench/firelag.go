@@ -10,6 +10,7 @@ import (
 
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/ingest"
+	"github.com/sigwatch/sigwatch/internal/periodic"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -212,32 +213,25 @@ func (r *runner) lagRun(ctx context.Context, w *lostWatcher, n int, rate float64
 // everything due from the one ZSET, removes it and publishes a lost event
 // for each.
 func naivePoller(ctx context.Context, rc rueidis.Client, pub *dispatch.Publisher, key string) {
-	t := time.NewTicker(naivePoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+	periodic.Run(ctx, naivePoll, func(now time.Time) {
+		due, err := rc.Do(ctx, rc.B().Zrangebyscore().Key(key).Min("-inf").
+			Max(fmt.Sprint(now.UnixMilli())).Withscores().Build()).AsZScores()
+		if err != nil || len(due) == 0 {
 			return
-		case now := <-t.C:
-			due, err := rc.Do(ctx, rc.B().Zrangebyscore().Key(key).Min("-inf").
-				Max(fmt.Sprint(now.UnixMilli())).Withscores().Build()).AsZScores()
-			if err != nil || len(due) == 0 {
-				continue
-			}
-			ids := make([]string, len(due))
-			msgs := make([]dispatch.Message, len(due))
-			firedAt := time.Now().UnixMilli()
-			for j, z := range due {
-				ids[j] = z.Member
-				dl := int64(z.Score)
-				ev := dispatch.Lost{ID: dispatch.LostID(z.Member, dl), Device: z.Member, Type: "default",
-					Deadline: dl, LastSeen: dl - threshold.Milliseconds(), FiredAt: firedAt}
-				msgs[j], _ = dispatch.Encode(pub.Subjects().Lost(""), ev.ID, ev)
-			}
-			if err := rc.Do(ctx, rc.B().Zrem().Key(key).Member(ids...).Build()).Error(); err != nil {
-				continue
-			}
-			pub.Publish(ctx, msgs)
 		}
-	}
+		ids := make([]string, len(due))
+		msgs := make([]dispatch.Message, len(due))
+		firedAt := time.Now().UnixMilli()
+		for j, z := range due {
+			ids[j] = z.Member
+			dl := int64(z.Score)
+			ev := dispatch.Lost{ID: dispatch.LostID(z.Member, dl), Device: z.Member, Type: "default",
+				Deadline: dl, LastSeen: dl - threshold.Milliseconds(), FiredAt: firedAt}
+			msgs[j], _ = dispatch.Encode(pub.Subjects().Lost(""), ev.ID, ev)
+		}
+		if err := rc.Do(ctx, rc.B().Zrem().Key(key).Member(ids...).Build()).Error(); err != nil {
+			return
+		}
+		pub.Publish(ctx, msgs)
+	})
 }

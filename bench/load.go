@@ -246,12 +246,18 @@ func (r *runner) measureWrites(ctx context.Context, w *writeLoad, d time.Duratio
 	w.run(ctx)
 	el := time.Since(t0)
 	cpu, rcpu := processCPU()-cpu0, r.e.redisCPU(context.Background())-rcpu0
-	n := w.done.Load()
-	m := measured{Ops: n, Errors: w.errors.Load()}
-	if n > 0 {
-		m.Rate = float64(n) / el.Seconds()
-		m.ClientCPUus = float64(cpu.Microseconds()) / float64(n)
-		m.RedisCPUus = float64(rcpu.Microseconds()) / float64(n)
+	return newMeasured(w.done.Load(), w.errors.Load(), el, cpu, rcpu)
+}
+
+// newMeasured is ops operations, and errs failed ones, done in el at a cost
+// of cpu of this process and serverCPU of the server measured. Rate and
+// costs per operation stay zero when no operation was done.
+func newMeasured(ops, errs int64, el, cpu, serverCPU time.Duration) measured {
+	m := measured{Ops: ops, Errors: errs}
+	if ops > 0 {
+		m.Rate = float64(ops) / el.Seconds()
+		m.ClientCPUus = float64(cpu.Microseconds()) / float64(ops)
+		m.RedisCPUus = float64(serverCPU.Microseconds()) / float64(ops)
 	}
 	return m
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sigwatch/sigwatch/internal/periodic"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -150,12 +151,7 @@ func (r *runner) peerAsynq(ctx context.Context, ids []string) (measured, error) 
 	}
 	wg.Wait()
 	el := time.Since(t0)
-	m := measured{Ops: done.Load(), Errors: errs.Load()}
-	if m.Ops > 0 {
-		m.Rate = float64(m.Ops) / el.Seconds()
-		m.ClientCPUus = float64((processCPU() - cpu0).Microseconds()) / float64(m.Ops)
-		m.RedisCPUus = float64((r.e.redisCPU(ctx) - meter).Microseconds()) / float64(m.Ops)
-	}
+	m := newMeasured(done.Load(), errs.Load(), el, processCPU()-cpu0, r.e.redisCPU(ctx)-meter)
 	r.p.Printf("peers", "asynq: %.0f resets/s (%d errors)", m.Rate, m.Errors)
 	return m, r.e.flush(ctx)
 }
@@ -203,31 +199,24 @@ func (r *runner) peerPostgres(ctx context.Context, ids []string) (measured, stri
 	// timers. Nothing is due in the window, so it costs little, as
 	// sigwatch's idle scanner does.
 	wg.Go(func() {
-		t := time.NewTicker(20 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-mctx.Done():
-				return
-			case now := <-t.C:
-				err := pgx.BeginFunc(mctx, pool, func(tx pgx.Tx) error {
-					rows, err := tx.Query(mctx, `SELECT id FROM timers WHERE deadline <= $1 ORDER BY deadline
-						LIMIT 256 FOR UPDATE SKIP LOCKED`, now.UnixMilli())
-					if err != nil {
-						return err
-					}
-					due, err := pgx.CollectRows(rows, pgx.RowTo[string])
-					if err != nil || len(due) == 0 {
-						return err
-					}
-					_, err = tx.Exec(mctx, `DELETE FROM timers WHERE id = ANY($1)`, due)
+		periodic.Run(mctx, 20*time.Millisecond, func(now time.Time) {
+			err := pgx.BeginFunc(mctx, pool, func(tx pgx.Tx) error {
+				rows, err := tx.Query(mctx, `SELECT id FROM timers WHERE deadline <= $1 ORDER BY deadline
+					LIMIT 256 FOR UPDATE SKIP LOCKED`, now.UnixMilli())
+				if err != nil {
 					return err
-				})
-				if err == nil {
-					polled.Add(1)
 				}
+				due, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				if err != nil || len(due) == 0 {
+					return err
+				}
+				_, err = tx.Exec(mctx, `DELETE FROM timers WHERE id = ANY($1)`, due)
+				return err
+			})
+			if err == nil {
+				polled.Add(1)
 			}
-		}
+		})
 	})
 	cpu0, t0 := processCPU(), time.Now()
 	pgCPU0 := pg.cpu()
@@ -257,12 +246,7 @@ func (r *runner) peerPostgres(ctx context.Context, ids []string) (measured, stri
 	}
 	wg.Wait()
 	el := time.Since(t0)
-	m := measured{Ops: done.Load(), Errors: errs.Load()}
-	if m.Ops > 0 {
-		m.Rate = float64(m.Ops) / el.Seconds()
-		m.ClientCPUus = float64((processCPU() - cpu0).Microseconds()) / float64(m.Ops)
-		m.RedisCPUus = float64((pg.cpu() - pgCPU0).Microseconds()) / float64(m.Ops)
-	}
+	m := newMeasured(done.Load(), errs.Load(), el, processCPU()-cpu0, pg.cpu()-pgCPU0)
 	// The resets really moved deadlines: rows loaded at far+j now hold a
 	// deadline set during the measurement.
 	var moved int64

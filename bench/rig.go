@@ -16,6 +16,7 @@ import (
 
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/ingest"
+	"github.com/sigwatch/sigwatch/internal/periodic"
 	"github.com/sigwatch/sigwatch/scanner"
 	"github.com/sigwatch/sigwatch/shard"
 )
@@ -70,16 +71,9 @@ func (r *runner) startScanRig(ctx context.Context) (*scanRig, error) {
 	g := &scanRig{store: store, pub: pub, sc: sc, rc: rc, cancel: cancel}
 	g.wg.Go(func() { topo.Run(rctx) })
 	g.wg.Go(func() {
-		t := time.NewTicker(ingest.DefaultProbeInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-rctx.Done():
-				return
-			case now := <-t.C:
-				store.AdvanceWatermark(rctx, now.UnixMilli(), 3*time.Second)
-			}
-		}
+		periodic.Run(rctx, ingest.DefaultProbeInterval, func(now time.Time) {
+			store.AdvanceWatermark(rctx, now.UnixMilli(), 3*time.Second)
+		})
 	})
 	g.wg.Go(func() { sc.Run(rctx) })
 	if !waitFor(ctx, 15*time.Second, func() bool { return len(sc.Owned()) == shards }) {

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,33 +77,19 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// defaults fills the zero fields of o from DefaultConfig.
+// defaults fills the zero fields of o from DefaultConfig. A negative
+// number, like zero, selects the default: max(v, 0) makes it zero for
+// cmp.Or.
 func (o *Options) defaults() {
 	d := DefaultConfig().Options
-	if o.Mode == "" {
-		o.Mode = d.Mode
-	}
-	if o.Prefix == "" {
-		o.Prefix = d.Prefix
-	}
-	if o.Stream == "" {
-		o.Stream = d.Stream
-	}
-	if o.Duplicates <= 0 {
-		o.Duplicates = d.Duplicates
-	}
-	if o.Storage == "" {
-		o.Storage = d.Storage
-	}
-	if o.Replicas <= 0 {
-		o.Replicas = d.Replicas
-	}
-	if o.MaxPending <= 0 {
-		o.MaxPending = d.MaxPending
-	}
-	if o.AckWait <= 0 {
-		o.AckWait = d.AckWait
-	}
+	o.Mode = cmp.Or(o.Mode, d.Mode)
+	o.Prefix = cmp.Or(o.Prefix, d.Prefix)
+	o.Stream = cmp.Or(o.Stream, d.Stream)
+	o.Storage = cmp.Or(o.Storage, d.Storage)
+	o.Duplicates = cmp.Or(max(o.Duplicates, 0), d.Duplicates)
+	o.Replicas = cmp.Or(max(o.Replicas, 0), d.Replicas)
+	o.MaxPending = cmp.Or(max(o.MaxPending, 0), d.MaxPending)
+	o.AckWait = cmp.Or(max(o.AckWait, 0), d.AckWait)
 }
 
 // Dial connects to the NATS of c and returns a publisher over the

@@ -168,22 +168,22 @@ func (c *Consumer) pull(ctx context.Context, cons jetstream.Consumer, cancelWork
 // otherwise it is delivered again after a pause.
 func (c *Consumer) handle(ctx context.Context, h EventHandler, msg jetstream.Msg) {
 	var err error
+	read := true
 	subj := msg.Subject()
 	switch {
 	case strings.HasPrefix(subj, c.lostPrefix()):
 		var ev Lost
-		if err = json.Unmarshal(msg.Data(), &ev); err != nil || ev.Device == "" {
-			c.refuse(msg, err)
-			return
+		if read = c.read(msg, &ev, &ev.Device); read {
+			err = h.Lost(ctx, ev)
 		}
-		err = h.Lost(ctx, ev)
 	case strings.HasPrefix(subj, c.recoveredPrefix()):
 		var ev Recovered
-		if err = json.Unmarshal(msg.Data(), &ev); err != nil || ev.Device == "" {
-			c.refuse(msg, err)
-			return
+		if read = c.read(msg, &ev, &ev.Device); read {
+			err = h.Recovered(ctx, ev)
 		}
-		err = h.Recovered(ctx, ev)
+	}
+	if !read {
+		return
 	}
 	if err != nil {
 		delay := time.Second
@@ -198,8 +198,14 @@ func (c *Consumer) handle(ctx context.Context, h EventHandler, msg jetstream.Msg
 	_ = msg.Ack()
 }
 
-// refuse drops an event that cannot be read: redelivering it cannot help.
-func (c *Consumer) refuse(msg jetstream.Msg, err error) {
+// read decodes msg into ev, which must name a device. An event that cannot
+// be read is dropped: redelivering it cannot help.
+func (c *Consumer) read(msg jetstream.Msg, ev any, device *string) bool {
+	err := json.Unmarshal(msg.Data(), ev)
+	if err == nil && *device != "" {
+		return true
+	}
 	c.log.Error("event unreadable; dropped", "subject", msg.Subject(), "err", err, "body", string(msg.Data()))
 	_ = msg.Term()
+	return false
 }

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -95,7 +96,9 @@ const (
 )
 
 // defaults fills in the zero values from the package's default config
-// (the only copy of each default) and checks what is left by its rules.
+// (the only copy of each default) and checks what is left by its rules. A
+// negative number, like zero, selects the default: max(v, 0) makes it zero
+// for cmp.Or.
 func (o *Options) defaults() error {
 	m, ts, c := DefaultMQTTConfig(), DefaultTimestampConfig(), DefaultConfig()
 	if len(o.Topics) == 0 {
@@ -113,36 +116,16 @@ func (o *Options) defaults() error {
 		q = *o.QoS
 	}
 	o.QoS = &q
-	if o.TimestampMode == "" {
-		o.TimestampMode = ts.Mode
-	}
-	if o.MaxSkew <= 0 {
-		o.MaxSkew = ts.MaxSkew
-	}
-	if o.MaxIDLen <= 0 {
-		o.MaxIDLen = c.MaxIDLen
-	}
-	if o.BatchSize <= 0 {
-		o.BatchSize = c.Batch
-	}
-	if o.FlushInterval <= 0 {
-		o.FlushInterval = c.FlushInterval
-	}
-	if o.MaxInFlight <= 0 {
-		o.MaxInFlight = c.MaxInFlight
-	}
-	if o.ProbeInterval <= 0 {
-		o.ProbeInterval = c.ProbeInterval
-	}
-	if o.OutageAfter <= 0 {
-		o.OutageAfter = c.OutageAfter
-	}
-	if o.MemberTimeout <= 0 {
-		o.MemberTimeout = c.MemberTimeout
-	}
-	if o.ProbeTopic == "" {
-		o.ProbeTopic = "sigwatch/probe/" + o.ClientID
-	}
+	o.TimestampMode = cmp.Or(o.TimestampMode, ts.Mode)
+	o.MaxSkew = cmp.Or(max(o.MaxSkew, 0), ts.MaxSkew)
+	o.MaxIDLen = cmp.Or(max(o.MaxIDLen, 0), c.MaxIDLen)
+	o.BatchSize = cmp.Or(max(o.BatchSize, 0), c.Batch)
+	o.FlushInterval = cmp.Or(max(o.FlushInterval, 0), c.FlushInterval)
+	o.MaxInFlight = cmp.Or(max(o.MaxInFlight, 0), c.MaxInFlight)
+	o.ProbeInterval = cmp.Or(max(o.ProbeInterval, 0), c.ProbeInterval)
+	o.OutageAfter = cmp.Or(max(o.OutageAfter, 0), c.OutageAfter)
+	o.MemberTimeout = cmp.Or(max(o.MemberTimeout, 0), c.MemberTimeout)
+	o.ProbeTopic = cmp.Or(o.ProbeTopic, "sigwatch/probe/"+o.ClientID)
 	if o.Now == nil {
 		o.Now = time.Now
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/sigwatch/sigwatch/internal/periodic"
 	"github.com/sigwatch/sigwatch/internal/ratelog"
 	"golang.org/x/sync/errgroup"
 )
@@ -49,7 +50,8 @@ func newSource(opts *Options, pipe *pipeline, dead *deadLetters, log *slog.Logge
 // brokers it sends barriers until ctx ends.
 func (s *source) run(ctx context.Context) error {
 	if len(s.opts.Brokers) == 0 {
-		s.tick(ctx, func() { s.pipe.enqueueBarrier(s.opts.Now().UnixMilli()) })
+		// Barriers and probes carry the injected clock's time, not the tick's.
+		periodic.Run(ctx, s.opts.ProbeInterval, func(time.Time) { s.pipe.enqueueBarrier(s.opts.Now().UnixMilli()) })
 		return nil
 	}
 	c := mqtt.NewClient(s.clientOptions())
@@ -69,7 +71,7 @@ func (s *source) run(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		var buf []byte
-		s.tick(gctx, func() { buf = s.probe(c, buf) })
+		periodic.Run(gctx, s.opts.ProbeInterval, func(time.Time) { buf = s.probe(c, buf) })
 		return nil
 	})
 	return g.Wait()
@@ -81,20 +83,6 @@ func (s *source) disconnect() {
 		// Acks were handed to paho before this, so they go out before the
 		// DISCONNECT.
 		(*c).Disconnect(250)
-	}
-}
-
-// tick calls f every probe interval until ctx ends.
-func (s *source) tick(ctx context.Context, f func()) {
-	t := time.NewTicker(s.opts.ProbeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			f()
-		}
 	}
 }
 

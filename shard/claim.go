@@ -46,12 +46,9 @@ return {due, head, shards}`)
 // still the shard's lease.
 func (s *Store) Claim(ctx context.Context, f Family, i int, lease Lease, horizon int64, limit int) (Claimed, error) {
 	v, err := claimScript.exec(ctx, s.c, []string{s.k.Timers(f, i), s.k.Owner(i), s.k.Layout(i)},
-		[]string{lease.Value, strconv.FormatInt(horizon, 10), strconv.Itoa(limit)}).ToArray()
+		[]string{lease.Value, strconv.FormatInt(horizon, 10), strconv.Itoa(limit)}).Tuple(3)
 	if err != nil {
 		return Claimed{}, fmt.Errorf("shard: claim shard %d: %w", i, err)
-	}
-	if len(v) != 3 {
-		return Claimed{}, fmt.Errorf("shard: claim shard %d: unexpected reply", i)
 	}
 	var c Claimed
 	dueRaw, _ := v[0].ToArray()
@@ -139,12 +136,9 @@ func (s *Store) Settle(ctx context.Context, f Family, i int, lease Lease, fired 
 	for _, m := range moves {
 		args = append(args, m.ID, strconv.FormatInt(m.From, 10), strconv.FormatInt(m.To, 10))
 	}
-	v, err := settleScript.exec(ctx, s.c, []string{s.k.Timers(f, i), s.k.Owner(i)}, args).ToArray()
+	v, err := settleScript.exec(ctx, s.c, []string{s.k.Timers(f, i), s.k.Owner(i)}, args).Tuple(3)
 	if err != nil {
 		return Settled{}, fmt.Errorf("shard: settle shard %d: %w", i, err)
-	}
-	if len(v) != 3 {
-		return Settled{}, fmt.Errorf("shard: settle shard %d: unexpected reply", i)
 	}
 	var out Settled
 	removed, _ := v[0].AsInt64()

@@ -228,31 +228,23 @@ func (s *Store) ReportDrain(ctx context.Context, i int, r DrainReport) error {
 		floored = "1"
 	}
 	v := strconv.FormatInt(r.Epoch, 10) + ":" + strconv.FormatInt(r.Moved, 10) + ":" + floored + ":" + strconv.FormatInt(r.At, 10)
-	if err := s.c.Do(ctx, s.c.B().Hset().Key(s.k.Drain()).FieldValue().FieldValue(strconv.Itoa(i), v).Build()).Error(); err != nil {
-		return fmt.Errorf("shard: report drain of shard %d: %w", i, err)
-	}
-	return nil
+	field := strconv.Itoa(i)
+	return s.hashSet(ctx, s.k.Drain(), field, v, "report drain of shard "+field)
 }
 
 // DrainReports returns the drain reports of the doubling in force, by shard.
 func (s *Store) DrainReports(ctx context.Context) (map[int]DrainReport, error) {
-	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(s.k.Drain()).Build()).AsStrMap()
-	if err != nil {
-		return nil, fmt.Errorf("shard: read drain reports: %w", err)
-	}
-	out := make(map[int]DrainReport, len(m))
-	for k, v := range m {
+	return hashRecords(ctx, s, s.k.Drain(), "drain reports", func(k, v string) (int, DrainReport, bool) {
 		i, err := strconv.Atoi(k)
 		p := strings.Split(v, ":")
 		if err != nil || len(p) != 4 {
-			continue
+			return 0, DrainReport{}, false
 		}
 		var r DrainReport
 		r.Epoch, _ = strconv.ParseInt(p[0], 10, 64)
 		r.Moved, _ = strconv.ParseInt(p[1], 10, 64)
 		r.Floored = p[2] == "1"
 		r.At, _ = strconv.ParseInt(p[3], 10, 64)
-		out[i] = r
-	}
-	return out, nil
+		return i, r, true
+	})
 }

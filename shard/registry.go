@@ -3,7 +3,6 @@ package shard
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -120,10 +119,7 @@ func (s *Store) SeenMulti(ctx context.Context, ss []Sighting, now int64) []Sight
 	for j, r := range seenScript.execMulti(ctx, s.c, execs...) {
 		d := &ss[j]
 		d.Prev, d.Existed, d.Err = Device{}, false, nil
-		v, err := r.ToArray()
-		if err == nil && len(v) != 2 {
-			err = errors.New("unexpected reply")
-		}
+		v, err := r.Tuple(2)
 		if err == nil {
 			d.Prev, d.Existed, err = device(v[0], v[1])
 		}
@@ -173,12 +169,9 @@ return {redis.call('HGET', KEYS[2], ARGV[1]) or false, lost}`)
 // returns the device as it was; ok is false if there was no such mark.
 func (s *Store) ClearLost(ctx context.Context, id string, deadline int64) (prev Device, ok bool, err error) {
 	v, err := clearLostScript.exec(ctx, s.c, []string{s.k.Lost(id), s.k.Registry(id)},
-		[]string{id, strconv.FormatInt(deadline, 10)}).ToArray()
+		[]string{id, strconv.FormatInt(deadline, 10)}).Tuple(2)
 	if rueidis.IsRedisNil(err) {
 		return Device{}, false, nil
-	}
-	if err == nil && len(v) != 2 {
-		err = errors.New("unexpected reply")
 	}
 	if err == nil {
 		prev, _, err = device(v[0], v[1])

@@ -111,6 +111,16 @@ func (r reply) ToArray() ([]rueidis.RedisMessage, error) {
 	return r.msg.ToArray()
 }
 
+// Tuple is ToArray for a script that replies with exactly n values: any
+// other length is an error.
+func (r reply) Tuple(n int) ([]rueidis.RedisMessage, error) {
+	v, err := r.ToArray()
+	if err == nil && len(v) != n {
+		return nil, errors.New("unexpected reply")
+	}
+	return v, err
+}
+
 func (r reply) AsStrSlice() ([]string, error) {
 	if r.err != nil {
 		return nil, r.err

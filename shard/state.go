@@ -92,20 +92,12 @@ func (s *Store) ScanStates(ctx context.Context, fn func(id, state string)) error
 
 // SetMute stores the mute id with value, replacing any mute of that id.
 func (s *Store) SetMute(ctx context.Context, id, value string) error {
-	err := s.c.Do(ctx, s.c.B().Hset().Key(s.k.Mutes()).FieldValue().FieldValue(id, value).Build()).Error()
-	if err != nil {
-		return fmt.Errorf("shard: store mute: %w", err)
-	}
-	return nil
+	return s.hashSet(ctx, s.k.Mutes(), id, value, "store mute")
 }
 
 // Mutes returns every stored mute, by id.
 func (s *Store) Mutes(ctx context.Context) (map[string]string, error) {
-	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(s.k.Mutes()).Build()).AsStrMap()
-	if err != nil {
-		return nil, fmt.Errorf("shard: read mutes: %w", err)
-	}
-	return m, nil
+	return s.hashAll(ctx, s.k.Mutes(), "mutes")
 }
 
 // DeleteMutes deletes the mutes ids and returns how many existed.

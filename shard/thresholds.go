@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/sigwatch/sigwatch/internal/periodic"
 )
 
 // SetOverride sets a per-device threshold (0 removes it).
@@ -42,17 +43,10 @@ func (s *Store) OverridesVersion(ctx context.Context) (int64, error) {
 
 // Overrides returns every per-device threshold.
 func (s *Store) Overrides(ctx context.Context) (map[string]time.Duration, error) {
-	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(s.k.Overrides()).Build()).AsStrMap()
-	if err != nil {
-		return nil, fmt.Errorf("shard: read overrides: %w", err)
-	}
-	out := make(map[string]time.Duration, len(m))
-	for id, v := range m {
-		if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 {
-			out[id] = time.Duration(ms) * time.Millisecond
-		}
-	}
-	return out, nil
+	return hashRecords(ctx, s, s.k.Overrides(), "overrides", func(id, v string) (string, time.Duration, bool) {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		return id, time.Duration(ms) * time.Millisecond, err == nil && ms > 0
+	})
 }
 
 // Thresholds decides how long a device may stay silent: a per-device
@@ -111,16 +105,9 @@ func (t *Thresholds) Reload(ctx context.Context) error {
 
 // Run reloads every interval until ctx is done.
 func (t *Thresholds) Run(ctx context.Context, interval time.Duration, log *slog.Logger) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if err := t.Reload(ctx); err != nil && ctx.Err() == nil && log != nil {
-				log.Warn("threshold overrides reload failed", "err", err)
-			}
+	periodic.Run(ctx, interval, func(time.Time) {
+		if err := t.Reload(ctx); err != nil && ctx.Err() == nil && log != nil {
+			log.Warn("threshold overrides reload failed", "err", err)
 		}
-	}
+	})
 }

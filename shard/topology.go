@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/sigwatch/sigwatch/internal/periodic"
 )
 
 // Topology is the shard layout: N shards, the N before the last doubling
@@ -45,9 +47,9 @@ func (s *Store) InitTopology(ctx context.Context, initial int) (Topology, error)
 
 // Topology reads the topology in force.
 func (s *Store) Topology(ctx context.Context) (Topology, error) {
-	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(s.k.Topology()).Build()).AsStrMap()
+	m, err := s.hashAll(ctx, s.k.Topology(), "topology")
 	if err != nil {
-		return Topology{}, fmt.Errorf("shard: read topology: %w", err)
+		return Topology{}, err
 	}
 	if len(m) == 0 {
 		return Topology{}, errors.New("shard: no topology in Redis yet: start `sigwatch run` once to create it")
@@ -105,16 +107,9 @@ func (w *Watcher) Refresh(ctx context.Context) (Topology, error) {
 
 // Run polls until ctx is done.
 func (w *Watcher) Run(ctx context.Context) {
-	tick := time.NewTicker(w.interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if _, err := w.Refresh(ctx); err != nil && ctx.Err() == nil && w.log != nil {
-				w.log.Warn("topology refresh failed", "err", err)
-			}
+	periodic.Run(ctx, w.interval, func(time.Time) {
+		if _, err := w.Refresh(ctx); err != nil && ctx.Err() == nil && w.log != nil {
+			w.log.Warn("topology refresh failed", "err", err)
 		}
-	}
+	})
 }

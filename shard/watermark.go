@@ -190,10 +190,7 @@ func (s *Store) AdvanceMember(ctx context.Context, m Member, ms int64, now time.
 // LeaveMember removes a member that stopped consuming on purpose, so its
 // group's watermark no longer waits for it.
 func (s *Store) LeaveMember(ctx context.Context, m Member) error {
-	if err := s.c.Do(ctx, s.c.B().Hdel().Key(s.k.Members()).Field(m.field()).Build()).Error(); err != nil {
-		return fmt.Errorf("shard: leave ingest member %s: %w", m.ID, err)
-	}
-	return nil
+	return s.hashDelete(ctx, s.k.Members(), m.field(), "leave ingest member "+m.ID)
 }
 
 // Members returns every ingest member's watermark, keyed "group|id".

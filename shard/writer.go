@@ -166,35 +166,23 @@ type WriterReport struct {
 // ReportWriter records that writer name writes with epoch or later.
 func (s *Store) ReportWriter(ctx context.Context, name string, epoch int64, now time.Time) error {
 	v := strconv.FormatInt(epoch, 10) + ":" + strconv.FormatInt(now.UnixMilli(), 10)
-	if err := s.c.Do(ctx, s.c.B().Hset().Key(s.k.Writers()).FieldValue().FieldValue(name, v).Build()).Error(); err != nil {
-		return fmt.Errorf("shard: report writer %s: %w", name, err)
-	}
-	return nil
+	return s.hashSet(ctx, s.k.Writers(), name, v, "report writer "+name)
 }
 
 // LeaveWriter removes a writer that stopped writing.
 func (s *Store) LeaveWriter(ctx context.Context, name string) error {
-	if err := s.c.Do(ctx, s.c.B().Hdel().Key(s.k.Writers()).Field(name).Build()).Error(); err != nil {
-		return fmt.Errorf("shard: leave writer %s: %w", name, err)
-	}
-	return nil
+	return s.hashDelete(ctx, s.k.Writers(), name, "leave writer "+name)
 }
 
 // Writers returns every writer's last report.
 func (s *Store) Writers(ctx context.Context) (map[string]WriterReport, error) {
-	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(s.k.Writers()).Build()).AsStrMap()
-	if err != nil {
-		return nil, fmt.Errorf("shard: read writers: %w", err)
-	}
-	out := make(map[string]WriterReport, len(m))
-	for name, v := range m {
+	return hashRecords(ctx, s, s.k.Writers(), "writers", func(name, v string) (string, WriterReport, bool) {
 		a, b, _ := strings.Cut(v, ":")
 		var r WriterReport
 		r.Epoch, _ = strconv.ParseInt(a, 10, 64)
 		r.At, _ = strconv.ParseInt(b, 10, 64)
-		out[name] = r
-	}
-	return out, nil
+		return name, r, true
+	})
 }
 
 // WritersCurrent reports whether every writer heard from within

@@ -15,6 +15,7 @@
 package doubling
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,28 +53,17 @@ type Options struct {
 	MaxDrain time.Duration
 }
 
+// defaults fills the zero fields with the defaults given above; a negative
+// number, like zero, selects the default (max(v, 0) makes it zero for
+// cmp.Or).
 func (o *Options) defaults() {
-	if o.Devices <= 0 {
-		o.Devices = 100_000
-	}
-	if o.Writers <= 0 {
-		o.Writers = 4
-	}
-	if o.Batch <= 0 {
-		o.Batch = 500
-	}
-	if o.Threshold <= 0 {
-		o.Threshold = 5 * time.Second
-	}
-	if o.Phase <= 0 {
-		o.Phase = 3 * time.Second
-	}
-	if o.Shards <= 0 {
-		o.Shards = 16
-	}
-	if o.MaxDrain <= 0 {
-		o.MaxDrain = 10 * o.Threshold
-	}
+	o.Devices = cmp.Or(max(o.Devices, 0), 100_000)
+	o.Writers = cmp.Or(max(o.Writers, 0), 4)
+	o.Batch = cmp.Or(max(o.Batch, 0), 500)
+	o.Threshold = cmp.Or(max(o.Threshold, 0), 5*time.Second)
+	o.Phase = cmp.Or(max(o.Phase, 0), 3*time.Second)
+	o.Shards = cmp.Or(max(o.Shards, 0), 16)
+	o.MaxDrain = cmp.Or(max(o.MaxDrain, 0), 10*o.Threshold)
 }
 
 // Result is one measurement. Rates are signals written per second.

@@ -20,6 +20,17 @@ func apiFlags(fs *flag.FlagSet) (api, token *string) {
 	return api, token
 }
 
+// verbArgs splits a command's args into its verb and the positional
+// arguments after it, parsing the flags of fs wherever they stand among
+// them. Without a verb it returns use as the error.
+func verbArgs(fs *flag.FlagSet, args []string, use string) (verb string, pos []string, err error) {
+	if len(args) < 1 {
+		return "", nil, errors.New(use)
+	}
+	pos, err = parseAll(fs, args[1:])
+	return args[0], pos, err
+}
+
 // parseAll parses flags given before, between and after the positional
 // arguments, and returns the positional ones.
 func parseAll(fs *flag.FlagSet, args []string) ([]string, error) {
@@ -43,11 +54,7 @@ func cmdDevice(ctx context.Context, args []string, stdout io.Writer) error {
 	ackFor := fs.String("for", "", "ack: pause the alarm's repeats for this long (e.g. 30m) instead of resolving it")
 	ackUntil := fs.String("until", "", "ack: pause the alarm's repeats until this time (RFC 3339 or unix ms)")
 	const use = "usage: sigwatch device [--api URL] get|rm <id> | threshold <id> <duration> | ack <id> [--for 30m | --until T]"
-	if len(args) < 2 {
-		return errors.New(use)
-	}
-	verb := args[0]
-	pos, err := parseAll(fs, args[1:])
+	verb, pos, err := verbArgs(fs, args, use)
 	if err != nil {
 		return err
 	}
@@ -94,11 +101,7 @@ func cmdMute(ctx context.Context, args []string, stdout io.Writer) error {
 	until := fs.String("until", "", "add: until this time (RFC 3339 or unix ms)")
 	comment := fs.String("comment", "", "add: why")
 	const use = "usage: sigwatch mute [--api URL] add (--device ID | --type T) (--for 1h | --until T) [--comment text] | ls | rm <id>"
-	if len(args) < 1 {
-		return errors.New(use)
-	}
-	verb := args[0]
-	pos, err := parseAll(fs, args[1:])
+	verb, pos, err := verbArgs(fs, args, use)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,16 @@ func (a *App) noAlarms(w http.ResponseWriter) bool {
 	return true
 }
 
+// withAlarms serves h in a process that has alarms; noAlarms answers in
+// one that has not.
+func (a *App) withAlarms(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !a.noAlarms(w) {
+			h(w, r)
+		}
+	}
+}
+
 // window reads the end of an ack or a mute: "until" (RFC 3339, or unix ms
 // as a number or a string) or "for" (a Go duration from now). Neither gives
 // the zero time.
@@ -112,9 +122,6 @@ type muteIn struct {
 }
 
 func (a *App) postMute(w http.ResponseWriter, r *http.Request) {
-	if a.noAlarms(w) {
-		return
-	}
 	const use = `body must be {"device": "id"} or {"type": "t"}, with {"for": "1h"} or {"until": RFC 3339 or unix ms}, and an optional "comment"`
 	var in muteIn
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16384)).Decode(&in); err != nil {
@@ -150,9 +157,6 @@ func (a *App) postMute(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *App) getMutes(w http.ResponseWriter, r *http.Request) {
-	if a.noAlarms(w) {
-		return
-	}
 	ms, err := a.alarms.Mutes(r.Context())
 	if err != nil {
 		writeErr(w, err)
@@ -162,9 +166,6 @@ func (a *App) getMutes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *App) deleteMute(w http.ResponseWriter, r *http.Request) {
-	if a.noAlarms(w) {
-		return
-	}
 	id := r.PathValue("id")
 	ok, err := a.alarms.RemoveMute(r.Context(), id)
 	switch {

@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -29,9 +28,9 @@ func (a *App) routes() http.Handler {
 	v1.HandleFunc("DELETE /v1/devices/{id}", a.deleteDevice)
 	v1.HandleFunc("PUT /v1/devices/{id}/threshold", a.putThreshold)
 	v1.HandleFunc("POST /v1/devices/{id}/ack", a.postAck)
-	v1.HandleFunc("GET /v1/mutes", a.getMutes)
-	v1.HandleFunc("POST /v1/mutes", a.postMute)
-	v1.HandleFunc("DELETE /v1/mutes/{id}", a.deleteMute)
+	v1.HandleFunc("GET /v1/mutes", a.withAlarms(a.getMutes))
+	v1.HandleFunc("POST /v1/mutes", a.withAlarms(a.postMute))
+	v1.HandleFunc("DELETE /v1/mutes/{id}", a.withAlarms(a.deleteMute))
 	v1.HandleFunc("POST /v1/signals", a.postSignals)
 	v1.HandleFunc("GET /v1/shards", a.getShards)
 	v1.HandleFunc("POST /v1/shards/double", a.postShardsDouble)
@@ -106,11 +105,6 @@ var (
 	errBadRequest = errors.New("bad request")
 	errNotFound   = errors.New("not found")
 )
-
-// badRequest wraps a refusal of the request's input.
-func badRequest(format string, a ...any) error {
-	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, a...))
-}
 
 // writeErr answers err with its status; the message is err's own, without
 // the class it was wrapped in.

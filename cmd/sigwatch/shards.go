@@ -28,11 +28,7 @@ func cmdShards(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	cfg, err := LoadConfig(*path, os.Environ())
-	if err != nil {
-		return err
-	}
-	store, err := shard.Dial(cfg.Redis)
+	store, err := dialConfigured(*path)
 	if err != nil {
 		return err
 	}
@@ -60,6 +56,16 @@ func cmdShards(ctx context.Context, args []string, stdout io.Writer) error {
 	return tw.Flush()
 }
 
+// dialConfigured loads the config at path (with the environment over it)
+// and dials its Redis.
+func dialConfigured(path string) (*shard.Store, error) {
+	cfg, err := LoadConfig(path, os.Environ())
+	if err != nil {
+		return nil, err
+	}
+	return shard.Dial(cfg.Redis)
+}
+
 // cmdShardsDouble starts a doubling of the shard count on the Redis of the
 // config: sigwatch shards double [--config file].
 func cmdShardsDouble(ctx context.Context, args []string, stdout io.Writer) error {
@@ -68,11 +74,7 @@ func cmdShardsDouble(ctx context.Context, args []string, stdout io.Writer) error
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg, err := LoadConfig(*path, os.Environ())
-	if err != nil {
-		return err
-	}
-	store, err := shard.Dial(cfg.Redis)
+	store, err := dialConfigured(*path)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/sigwatch/sigwatch/internal/tlsconfig"
 )
 
 // TLSFiles names the PEM files a server needs to accept TLS: its certificate chain, its private
@@ -33,17 +35,14 @@ func (f TLSFiles) ServerTLS() (*tls.Config, error) {
 }
 
 // ClientTLS returns a client-side *tls.Config that trusts only CAFile, as a client of a server
-// set up with these files would use.
+// set up with these files would use. It is built as sigwatch builds its own clients' TLS, from
+// a tls section that names only the CA.
 func (f TLSFiles) ClientTLS() (*tls.Config, error) {
-	b, err := os.ReadFile(f.CAFile)
+	c, err := tlsconfig.Config{Enabled: true, CAFile: f.CAFile}.Build()
 	if err != nil {
-		return nil, fmt.Errorf("servers: read CA: %w", err)
+		return nil, fmt.Errorf("servers: client TLS: %w", err)
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("servers: no certificate in %s", f.CAFile)
-	}
-	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+	return c, nil
 }
 
 // WriteTestCerts makes a throwaway CA and a server certificate it signs, valid for a day for

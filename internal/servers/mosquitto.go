@@ -1,14 +1,12 @@
 package servers
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 // MosquittoOptions configures StartMosquitto.
@@ -27,11 +25,10 @@ type Mosquitto struct {
 	URL  string // tcp://host:port, or ssl://host:port with MosquittoOptions.TLS, for paho
 	Dir  string // working directory: mosquitto.conf, passwd, mosquitto.db, mosquitto.log
 
-	mu   sync.Mutex // serialises Kill, Stop and Restart
-	bin  string
-	cmd  *process
-	port int
-	opts MosquittoOptions
+	child // the current run; serialises Kill, Stop and Restart
+	bin   string
+	port  int
+	opts  MosquittoOptions
 }
 
 // StartMosquitto writes dir/mosquitto.conf, starts mosquitto with it on a free port of 127.0.0.1
@@ -39,33 +36,20 @@ type Mosquitto struct {
 // deploy/local/mosquitto.conf is, so tests see what production sees: no silent drops of queued
 // QoS 1 messages, persistence, $SYS statistics every second.
 func StartMosquitto(dir string, opts MosquittoOptions) (*Mosquitto, error) {
-	bin, err := LookPath("mosquitto")
+	bin, dir, err := locate("mosquitto", "mosquitto", dir)
 	if err != nil {
 		return nil, err
 	}
-	dir, err = prepareDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("servers: mosquitto dir: %w", err)
-	}
-	m := &Mosquitto{Dir: dir, bin: bin, opts: opts}
+	m := &Mosquitto{Dir: dir, child: child{name: "mosquitto"}, bin: bin, opts: opts}
 	if opts.Username != "" {
 		if err := m.writePasswordFile(); err != nil {
 			return nil, fmt.Errorf("servers: start mosquitto: %w", err)
 		}
 	}
-	for attempt := 1; ; attempt++ {
-		port, err := FreePort()
-		if err != nil {
-			return nil, err
-		}
-		err = m.start(port)
-		if err == nil {
-			return m, nil
-		}
-		if !errors.Is(err, errAddrInUse) || attempt == startAttempts {
-			return nil, fmt.Errorf("servers: start mosquitto: %w", err)
-		}
+	if err := onFreePort(m.start); err != nil {
+		return nil, fmt.Errorf("servers: start mosquitto: %w", err)
 	}
+	return m, nil
 }
 
 // LogPath is the file mosquitto writes its log to.
@@ -143,35 +127,12 @@ func (m *Mosquitto) start(port int) error {
 
 // Kill stops mosquitto with SIGKILL, as a crash would: what it has not yet saved to
 // mosquitto.db (it saves on Stop) is lost.
-func (m *Mosquitto) Kill() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cmd == nil {
-		return nil
-	}
-	return m.cmd.kill()
-}
+func (m *Mosquitto) Kill() error { return m.child.kill() }
 
 // Stop asks mosquitto to shut down (SIGTERM), which saves its persistent state, and waits; it
 // kills it after 5s.
-func (m *Mosquitto) Stop() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cmd == nil {
-		return nil
-	}
-	return m.cmd.stop(stopGrace)
-}
+func (m *Mosquitto) Stop() error { return m.child.stop() }
 
 // Restart starts mosquitto again on the same port, directory and persistence file. A broker that
 // is still running is stopped first.
-func (m *Mosquitto) Restart() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cmd != nil && !m.cmd.exited() {
-		if err := m.cmd.stop(stopGrace); err != nil {
-			return fmt.Errorf("servers: restart mosquitto: %w", err)
-		}
-	}
-	return restartOnPort("mosquitto", func() error { return m.start(m.port) })
-}
+func (m *Mosquitto) Restart() error { return m.child.restart(func() error { return m.start(m.port) }) }

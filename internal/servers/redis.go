@@ -1,7 +1,6 @@
 package servers
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -35,9 +34,8 @@ type Redis struct {
 	Dir      string // working directory: data files and redis.log
 	Password string
 
-	mu      sync.Mutex // serialises Kill, Stop and Restart
+	child   // the current run; serialises Kill, Stop and Restart
 	bin     string
-	cmd     *process // the current run; nil before the first start
 	port    int
 	tlsPort int // 0 without RedisOptions.TLS
 	opts    RedisOptions
@@ -46,34 +44,25 @@ type Redis struct {
 // StartRedis starts redis-server in dir (created if needed) on a free port of 127.0.0.1 and
 // returns once it answers PING.
 func StartRedis(dir string, opts RedisOptions) (*Redis, error) {
-	bin, err := LookPath("redis-server")
+	bin, dir, err := locate("redis", "redis-server", dir)
 	if err != nil {
 		return nil, err
 	}
-	dir, err = prepareDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("servers: redis dir: %w", err)
-	}
-	r := &Redis{Dir: dir, Password: opts.Password, bin: bin, opts: opts}
-	for attempt := 1; ; attempt++ {
-		port, err := FreePort()
-		if err != nil {
-			return nil, err
-		}
+	r := &Redis{Dir: dir, Password: opts.Password, child: child{name: "redis"}, bin: bin, opts: opts}
+	err = onFreePort(func(port int) error {
 		tlsPort := 0
 		if opts.TLS != nil {
+			var err error
 			if tlsPort, err = FreePort(); err != nil {
-				return nil, err
+				return err
 			}
 		}
-		err = r.start(port, tlsPort)
-		if err == nil {
-			return r, nil
-		}
-		if !errors.Is(err, errAddrInUse) || attempt == startAttempts {
-			return nil, fmt.Errorf("servers: start redis: %w", err)
-		}
+		return r.start(port, tlsPort)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("servers: start redis: %w", err)
 	}
+	return r, nil
 }
 
 // LogPath is the file redis-server writes its log to.
@@ -138,53 +127,16 @@ func (r *Redis) start(port, tlsPort int) error {
 }
 
 // Kill stops redis-server with SIGKILL, as a crash would, and waits until it has exited.
-func (r *Redis) Kill() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cmd == nil {
-		return nil
-	}
-	return r.cmd.kill()
-}
+func (r *Redis) Kill() error { return r.child.kill() }
 
 // Stop asks redis-server to shut down (SIGTERM) and waits; it kills it after 5s.
-func (r *Redis) Stop() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cmd == nil {
-		return nil
-	}
-	return r.cmd.stop(stopGrace)
-}
+func (r *Redis) Stop() error { return r.child.stop() }
 
 // Restart starts redis-server again on the same ports (plain and TLS) and directory, as after an
 // outage, and waits for PING. A server that is still running is stopped first. With Persist, the
 // data written before a Kill or Stop is loaded again.
 func (r *Redis) Restart() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cmd != nil && !r.cmd.exited() {
-		if err := r.cmd.stop(stopGrace); err != nil {
-			return fmt.Errorf("servers: restart redis: %w", err)
-		}
-	}
-	return restartOnPort("redis", func() error { return r.start(r.port, r.tlsPort) })
-}
-
-// restartOnPort calls start until it succeeds, retrying for a few seconds while the port is
-// still held, e.g. by a client that grabbed it as an ephemeral port during the outage.
-func restartOnPort(what string, start func() error) error {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := start()
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, errAddrInUse) || time.Now().After(deadline) {
-			return fmt.Errorf("servers: restart %s: %w", what, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	return r.child.restart(func() error { return r.start(r.port, r.tlsPort) })
 }
 
 // RedisCluster is a Redis Cluster of masters without replicas, every node a child process.
@@ -246,25 +198,17 @@ func StartRedisCluster(dir string, masters int) (*RedisCluster, error) {
 
 // startClusterNode starts one cluster-enabled node. The cluster bus gets its own free port
 // (cluster-port) rather than the default port+10000, which can be above 65535 or taken.
-func startClusterNode(dir string) (*Redis, error) {
-	for attempt := 1; ; attempt++ {
-		busPort, err := FreePort()
-		if err != nil {
-			return nil, err
-		}
-		n, err := StartRedis(dir, RedisOptions{ExtraArgs: []string{
+func startClusterNode(dir string) (n *Redis, err error) {
+	err = onFreePort(func(busPort int) error {
+		n, err = StartRedis(dir, RedisOptions{ExtraArgs: []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-port", strconv.Itoa(busPort),
 			"--cluster-node-timeout", "2000",
 		}})
-		if err == nil {
-			return n, nil
-		}
-		if !errors.Is(err, errAddrInUse) || attempt == startAttempts {
-			return nil, err
-		}
-	}
+		return err
+	})
+	return n, err
 }
 
 // Stop stops every node, in parallel.

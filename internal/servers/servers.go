@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -46,6 +47,22 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// onFreePort calls start with a free port. When start fails because the port was taken by
+// someone else between FreePort and the server's bind, it tries again on a new port, up to
+// startAttempts times. It returns the last error.
+func onFreePort(start func(port int) error) error {
+	for attempt := 1; ; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			return err
+		}
+		err = start(port)
+		if err == nil || !errors.Is(err, errAddrInUse) || attempt == startAttempts {
+			return err
+		}
+	}
 }
 
 // extraBinDirs are searched after PATH: distributions install mosquitto in /usr/sbin, which is
@@ -96,6 +113,18 @@ func prepareDir(dir string) (string, error) {
 		return "", err
 	}
 	return abs, nil
+}
+
+// locate finds the binary binName of the child server name and makes its directory dir
+// absolute, creating it: what every child server needs before its first start.
+func locate(name, binName, dir string) (bin, absDir string, err error) {
+	if bin, err = LookPath(binName); err != nil {
+		return "", "", err
+	}
+	if absDir, err = prepareDir(dir); err != nil {
+		return "", "", fmt.Errorf("servers: %s dir: %w", name, err)
+	}
+	return bin, absDir, nil
 }
 
 // process is one run of a child server. Its exit is reaped by a goroutine that process owns; the
@@ -170,6 +199,65 @@ func (p *process) stop(grace time.Duration) error {
 		return nil
 	case <-t.C:
 		return p.kill()
+	}
+}
+
+// child is a server that runs as a child process and can be killed, stopped and started again
+// on the same port(s): what Redis and Mosquitto share. Its methods act on the current run,
+// one at a time.
+type child struct {
+	name string     // the server, in errors: "redis", "mosquitto"
+	mu   sync.Mutex // serialises kill, stop and restart
+	cmd  *process   // the current run; nil before the first start
+}
+
+// kill kills the current run, if any, and waits until it has exited.
+func (c *child) kill() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd == nil {
+		return nil
+	}
+	return c.cmd.kill()
+}
+
+// stop asks the current run, if any, to shut down (SIGTERM) and waits; it kills it after
+// stopGrace.
+func (c *child) stop() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd == nil {
+		return nil
+	}
+	return c.cmd.stop(stopGrace)
+}
+
+// restart stops the current run if it is still going, then calls start, which starts a new run
+// on the same port(s) and sets c.cmd, as restartOnPort does.
+func (c *child) restart(start func() error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd != nil && !c.cmd.exited() {
+		if err := c.cmd.stop(stopGrace); err != nil {
+			return fmt.Errorf("servers: restart %s: %w", c.name, err)
+		}
+	}
+	return restartOnPort(c.name, start)
+}
+
+// restartOnPort calls start until it succeeds, retrying for a few seconds while the port is
+// still held, e.g. by a client that grabbed it as an ephemeral port during the outage.
+func restartOnPort(what string, start func() error) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := start()
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, errAddrInUse) || time.Now().After(deadline) {
+			return fmt.Errorf("servers: restart %s: %w", what, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

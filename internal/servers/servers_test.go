@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +31,26 @@ func redisClient(t *testing.T, password string, addrs ...string) rueidis.Client 
 	}
 	t.Cleanup(c.Close)
 	return c
+}
+
+// restartInPlace restarts s and fails t unless each of addrs (fields of s) holds, after the
+// restart, the address it held before: a server comes back where its clients look for it.
+func restartInPlace(t *testing.T, s interface{ Restart() error }, addrs ...*string) {
+	t.Helper()
+	want := make([]string, len(addrs))
+	for i, a := range addrs {
+		want[i] = *a
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	got := make([]string, len(addrs))
+	for i, a := range addrs {
+		got[i] = *a
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Restart moved the server: got %v, want %v", got, want)
+	}
 }
 
 func ctx(t *testing.T) context.Context {
@@ -98,12 +119,7 @@ func TestRedisPersistSurvivesKill(t *testing.T) {
 		t.Errorf("second Kill: got %v, want nil", err)
 	}
 
-	if err := r.Restart(); err != nil {
-		t.Fatalf("Restart: %v", err)
-	}
-	if r.Addr != addr {
-		t.Errorf("Restart moved the server: got %s, want %s", r.Addr, addr)
-	}
+	restartInPlace(t, r, &r.Addr)
 	c = redisClient(t, "", r.Addr)
 	got, err := c.Do(ctx(t), c.B().Get().Key("k").Build()).ToString()
 	if err != nil || got != "v" {
@@ -251,16 +267,10 @@ func TestMosquittoRestartKeepsAddress(t *testing.T) {
 	}
 	mqttRoundTrip(t, m.URL, "", "", "devices/d1/signal")
 
-	url := m.URL
 	if err := m.Kill(); err != nil {
 		t.Fatalf("Kill: %v", err)
 	}
-	if err := m.Restart(); err != nil {
-		t.Fatalf("Restart: %v", err)
-	}
-	if m.URL != url {
-		t.Errorf("Restart moved the broker: got %s, want %s", m.URL, url)
-	}
+	restartInPlace(t, m, &m.URL)
 	mqttRoundTrip(t, m.URL, "", "", "devices/d2/signal")
 	if err := m.Stop(); err != nil {
 		t.Errorf("Stop: %v", err)
@@ -333,13 +343,7 @@ func TestNATSJetStreamSurvivesRestart(t *testing.T) {
 	pub.Disconnect(0)
 	nc.Close()
 
-	url, mqttURL := n.URL, n.MQTTURL
-	if err := n.Restart(); err != nil {
-		t.Fatalf("Restart: %v", err)
-	}
-	if n.URL != url || n.MQTTURL != mqttURL {
-		t.Errorf("Restart moved the server: got %s %s, want %s %s", n.URL, n.MQTTURL, url, mqttURL)
-	}
+	restartInPlace(t, n, &n.URL, &n.MQTTURL)
 	nc, err = nats.Connect(n.URL)
 	if err != nil {
 		t.Fatalf("connect after Restart: %v", err)

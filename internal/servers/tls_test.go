@@ -111,16 +111,10 @@ func TestRedisTLSAndPassword(t *testing.T) {
 		t.Error("plain PING to the TLS port: got nil error")
 	}
 
-	addr, tlsAddr := r.Addr, r.TLSAddr
 	if err := r.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Restart(); err != nil {
-		t.Fatalf("Restart: %v", err)
-	}
-	if r.Addr != addr || r.TLSAddr != tlsAddr {
-		t.Errorf("Restart moved the server: got %s %s, want %s %s", r.Addr, r.TLSAddr, addr, tlsAddr)
-	}
+	restartInPlace(t, r, &r.Addr, &r.TLSAddr)
 	if err := ping(r.TLSAddr, "s3cret", client); err != nil {
 		t.Errorf("PING over TLS after Restart: %v", err)
 	}
@@ -155,16 +149,10 @@ func TestMosquittoTLSAndPassword(t *testing.T) {
 	}
 	mqttRoundTripTLS(t, m.URL, "sigwatch", "s3cret", "devices/d1/signal", client)
 
-	url := m.URL
 	if err := m.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Restart(); err != nil {
-		t.Fatalf("Restart: %v", err)
-	}
-	if m.URL != url {
-		t.Errorf("Restart moved the broker: got %s, want %s", m.URL, url)
-	}
+	restartInPlace(t, m, &m.URL)
 	mqttRoundTripTLS(t, m.URL, "sigwatch", "s3cret", "devices/d2/signal", client)
 }
 
@@ -209,13 +197,7 @@ func TestNATSTLSAndPassword(t *testing.T) {
 		t.Error("connect without trusting the test CA: got nil error")
 	}
 
-	url := n.URL
-	if err := n.Restart(); err != nil {
-		t.Fatalf("Restart: %v", err)
-	}
-	if n.URL != url {
-		t.Errorf("Restart moved the server: got %s, want %s", n.URL, url)
-	}
+	restartInPlace(t, n, &n.URL)
 	if err := connect(nats.Secure(client), nats.UserInfo("sigwatch", "s3cret")); err != nil {
 		t.Errorf("connect after Restart: %v", err)
 	}
