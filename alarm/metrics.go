@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sigwatch/sigwatch/internal/periodic"
 )
 
 // metrics are the alarm's Prometheus metrics, prefixed sigwatch_alarm_.
@@ -107,26 +108,19 @@ func (a *Alarms) count(ctx context.Context) (counts, error) {
 // countLoop refreshes the active gauges every period while this replica
 // owns repeat shard 0, and zeroes them otherwise, until ctx is done.
 func (a *Alarms) countLoop(ctx context.Context, owned func() []int, every time.Duration) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	periodic.Run(ctx, every, func(time.Time) {
 		own := owned()
 		if len(own) == 0 || own[0] != 0 {
 			a.m.set(counts{})
-			continue
+			return
 		}
 		c, err := a.count(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				a.log.Warn("counting open alarms failed", "err", err)
 			}
-			continue
+			return
 		}
 		a.m.set(c)
-	}
+	})
 }
