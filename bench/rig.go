@@ -58,7 +58,7 @@ func (r *runner) startScanRig(ctx context.Context) (*scanRig, error) {
 		return nil, err
 	}
 	sc, err := scanner.New(scanner.Options{Replica: fmt.Sprintf("bench-%d", time.Now().UnixNano()), Thresholds: thr},
-		shard.NewStore(rc, store.Keys()), topo, pub, prometheus.NewRegistry(), nil)
+		shard.NewStore(rc, shard.NewKeys("sw")), topo, pub, prometheus.NewRegistry(), nil)
 	if err != nil {
 		rc.Close()
 		return nil, err

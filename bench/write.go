@@ -48,7 +48,7 @@ func (r *runner) writePath(ctx context.Context) error {
 	load := func(write writeFunc) *writeLoad {
 		return &writeLoad{ids: ids, writers: writeWriters, batch: writeBatch, ahead: 2 * time.Hour, write: write}
 	}
-	keys := store.Keys()
+	keys := shard.NewKeys("sw")
 	// Raw and sigwatch alternate, twice each, and each side keeps its best
 	// run: a noisy neighbour on the shared machine then flatters neither.
 	rawWrite := rawZaddWriter(r.e.rc, func(i int) string { return keys.Timers(shard.Deadlines, i) })

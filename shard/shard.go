@@ -117,9 +117,6 @@ type Store struct {
 // NewStore wraps a rueidis client.
 func NewStore(c rueidis.Client, keys Keys) *Store { return &Store{c: c, k: keys} }
 
-// Keys returns the key layout.
-func (s *Store) Keys() Keys { return s.k }
-
 // Alarm returns the store of the alarm's repeat timers: the same client
 // under the key layout Keys.Alarm, a queue with its own topology and
 // leases.
