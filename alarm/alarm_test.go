@@ -2,21 +2,16 @@ package alarm
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/redis/rueidis"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/ingest"
@@ -36,6 +31,7 @@ const (
 type harness struct {
 	t      *testing.T
 	ctx    context.Context
+	nc     *nats.Conn
 	store  *shard.Store
 	topo   *shard.Watcher
 	timers *shard.Store
@@ -44,62 +40,66 @@ type harness struct {
 	js     jetstream.JetStream
 	in     *ingest.Ingest
 	log    *slog.Logger
-	notes  *noteLog
-	stops  []func()
+	// notes are the alarm notifications and recovered events stored in the
+	// stream, in stream order.
+	notes     *testenv.Recorder[dispatch.Alarm]
+	recovered *testenv.Recorder[dispatch.Recovered]
+	// clock, in a harness from newSteppedHarness, is the alarms' clock: the
+	// test steps time through repeat intervals instead of sleeping them out.
+	// Deadlines, signals and the scanner stay on the wall clock; the
+	// watermark the harness plays follows whichever is later.
+	clock *testenv.Clock
+	stops []func()
 }
 
+// newHarness is a harness whose alarms run on the wall clock.
 func newHarness(t *testing.T) *harness {
+	t.Helper()
+	return harnessWith(t, nil)
+}
+
+// newSteppedHarness is a harness whose alarms run on a manual clock, set to
+// the wall clock's time now.
+func newSteppedHarness(t *testing.T) *harness {
+	t.Helper()
+	return harnessWith(t, testenv.NewClock(time.Now()))
+}
+
+func harnessWith(t *testing.T, clock *testenv.Clock) *harness {
 	t.Helper()
 	env := testenv.New(t, testenv.Options{NATS: true})
 	ctx := context.Background()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{env.Redis.Addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	keys := shard.NewKeys("sw")
-	h := &harness{t: t, ctx: ctx, store: shard.NewStore(c, keys), timers: shard.NewStore(c, keys.Alarm())}
-	h.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	h := &harness{t: t, ctx: ctx, store: env.Store(t, "sw"), clock: clock}
+	h.timers = h.store.Alarm()
+	h.log = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var err error
 	if h.topo, err = shard.NewWatcher(ctx, h.store, 4, 100*time.Millisecond, nil); err != nil {
 		t.Fatal(err)
 	}
 	if h.rtopo, err = shard.NewWatcher(ctx, h.timers, 4, 100*time.Millisecond, nil); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(env.NATS.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
+	h.nc = env.Conn(t, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if h.pub, err = dispatch.New(ctx, h.nc, dispatch.Options{AckWait: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(nc.Close)
-	if h.pub, err = dispatch.New(ctx, nc, dispatch.Options{AckWait: 2 * time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	if h.js, err = jetstream.New(nc); err != nil {
+	if h.js, err = jetstream.New(h.nc); err != nil {
 		t.Fatal(err)
 	}
 	thr := shard.NewThresholds(h.store, threshold, nil)
 	if h.in, err = ingest.New(ingest.Options{ClientID: "alarm-test", Thresholds: thr}, h.store, h.topo, h.pub, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	h.notes = watchNotes(t, h.js)
+	h.notes = testenv.RecordStream[dispatch.Alarm](t, h.nc, "SIGWATCH", "sigwatch.alarm.>")
+	h.recovered = testenv.RecordStream[dispatch.Recovered](t, h.nc, "SIGWATCH", "sigwatch.recovered.>")
+	before := testenv.IgnoreCurrent()
 
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { h.topo.Run(runCtx) })
 	wg.Go(func() { h.rtopo.Run(runCtx) })
 	wg.Go(func() { _ = h.in.Run(runCtx) })
-	wg.Go(func() { // plays ingest's watermark
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			_, _ = h.store.AdvanceWatermark(runCtx, time.Now().UnixMilli(), time.Hour)
-			select {
-			case <-runCtx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	})
+	wg.Go(func() { h.playWatermark(runCtx) })
 	sc, err := scanner.New(scanner.Options{Replica: "deadlines", Thresholds: thr, LeaseTTL: time.Second,
 		Rebalance: 100 * time.Millisecond, Poll: 10 * time.Millisecond}, h.store, h.topo, h.pub, nil, h.log)
 	if err != nil {
@@ -112,19 +112,41 @@ func newHarness(t *testing.T) *harness {
 		}
 		cancel()
 		wg.Wait()
-		checkNoLeak(t)
+		testenv.VerifyNone(t, before)
 	})
 	return h
+}
+
+// playWatermark plays ingest's watermark: every 5ms it moves it to the wall
+// clock, or to the alarms' clock once that is ahead.
+func (h *harness) playWatermark(ctx context.Context) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		now := time.Now()
+		if h.clock != nil && h.clock.Now().After(now) {
+			now = h.clock.Now()
+		}
+		_, _ = h.store.AdvanceWatermark(ctx, now.UnixMilli(), time.Hour)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // alarms starts an alarm replica with policy p and returns the function
 // that stops it (the test's cleanup stops it too).
 func (h *harness) alarms(replica string, p Policy) (*Alarms, func()) {
 	h.t.Helper()
-	a, err := New(Options{Policy: p, Replica: replica, AckWait: 2 * time.Second, LeaseTTL: time.Second,
+	opts := Options{Policy: p, Replica: replica, AckWait: 2 * time.Second, LeaseTTL: time.Second,
 		Rebalance: 100 * time.Millisecond, Poll: 10 * time.Millisecond, DrainCheck: 200 * time.Millisecond,
-		CountEvery: 100 * time.Millisecond},
-		h.store, h.topo, h.timers, h.rtopo, h.pub, nil, h.log.With("replica", replica))
+		CountEvery: 100 * time.Millisecond}
+	if h.clock != nil {
+		opts.Now = h.clock.Now
+	}
+	a, err := New(opts, h.store, h.topo, h.timers, h.rtopo, h.pub, nil, h.log.With("replica", replica))
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -191,143 +213,117 @@ func (h *harness) keepAlive(typ string, ids ...string) (stop func()) {
 	return stop
 }
 
-// got is one notification or recovered event read from the stream.
-type got struct {
-	subject string
-	msgID   string
-	alarm   dispatch.Alarm
-	rec     dispatch.Recovered
-	at      time.Time
+// note is one notification as the stream stored it.
+type note = testenv.Event[dispatch.Alarm]
+
+// about matches the notifications about device id.
+func about(id string) func(dispatch.Alarm) bool {
+	return func(n dispatch.Alarm) bool { return n.Device == id }
 }
 
-// noteLog reads sigwatch.alarm.> and sigwatch.recovered.> from the stream
-// as they are stored.
-type noteLog struct {
-	mu  sync.Mutex
-	all []got
-}
+// notesOf returns the notifications about device id, in stream order.
+func (h *harness) notesOf(id string) []note { return h.notes.Where(about(id)) }
 
-func watchNotes(t *testing.T, js jetstream.JetStream) *noteLog {
-	t.Helper()
-	ctx := context.Background()
-	cons, err := js.OrderedConsumer(ctx, "SIGWATCH", jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"sigwatch.alarm.>", "sigwatch.recovered.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &noteLog{}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		g := got{subject: m.Subject(), msgID: m.Headers().Get(nats.MsgIdHdr), at: time.Now()}
-		if strings.HasPrefix(g.subject, "sigwatch.alarm.") {
-			_ = json.Unmarshal(m.Data(), &g.alarm)
-		} else {
-			_ = json.Unmarshal(m.Data(), &g.rec)
-		}
-		l.mu.Lock()
-		l.all = append(l.all, g)
-		l.mu.Unlock()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cc.Stop)
-	return l
-}
-
-// of returns the notifications about device id, in stream order.
-func (l *noteLog) of(id string) []got {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []got
-	for _, g := range l.all {
-		if g.alarm.Device == id {
-			out = append(out, g)
-		}
-	}
-	return out
-}
-
-func (l *noteLog) recoveredOf(id string) []dispatch.Recovered {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []dispatch.Recovered
-	for _, g := range l.all {
-		if g.rec.Device == id {
-			out = append(out, g.rec)
-		}
-	}
-	return out
-}
-
-// wait polls until device id has a notification in state (and reason, if
+// wait waits until device id has a notification in state (and reason, if
 // not empty), and returns it.
-func (h *harness) wait(id, state, reason string, timeout time.Duration) got {
+func (h *harness) wait(id, state, reason string, timeout time.Duration) note {
 	h.t.Helper()
-	var found got
-	testenv.WaitFor(h.t, timeout, fmt.Sprintf("%s %s/%s", id, state, reason), func() bool {
-		for _, g := range h.notes.of(id) {
-			if g.alarm.State == state && (reason == "" || g.alarm.Reason == reason) {
-				found = g
-				return true
-			}
-		}
-		return false
+	return h.notes.Wait(h.t, timeout, fmt.Sprintf("%s %s/%s", id, state, reason), func(n dispatch.Alarm) bool {
+		return n.Device == id && n.State == state && (reason == "" || n.Reason == reason)
 	})
-	return found
+}
+
+// raiseAll signals n devices named prefix-00, prefix-01, ... once, so that
+// each is lost a threshold later, and returns their ids.
+func (h *harness) raiseAll(prefix string, n int) []string {
+	h.t.Helper()
+	var ids []string
+	for k := range n {
+		ids = append(ids, fmt.Sprintf("%s-%02d", prefix, k))
+		h.signal(ids[k], "")
+	}
+	return ids
+}
+
+// waitAll waits until every device of ids has a notification in state (and
+// reason, if not empty).
+func (h *harness) waitAll(ids []string, state, reason string, timeout time.Duration) {
+	h.t.Helper()
+	for _, id := range ids {
+		h.wait(id, state, reason, timeout)
+	}
+}
+
+// recoverAll signals every device of ids again and waits until each alarm
+// is resolved/recovered.
+func (h *harness) recoverAll(ids []string) {
+	h.t.Helper()
+	for _, id := range ids {
+		h.signal(id, "")
+	}
+	h.waitAll(ids, Resolved, ReasonRecovered, 5*time.Second)
+}
+
+// stepAll moves the alarms' clock on by the interval and waits until every
+// device of ids has repeat k.
+func (h *harness) stepAll(ids []string, k int) {
+	h.t.Helper()
+	h.clock.Advance(interval)
+	for _, id := range ids {
+		h.notes.Wait(h.t, 10*time.Second, fmt.Sprintf("repeat %d of %s", k, id), func(n dispatch.Alarm) bool {
+			return n.Device == id && n.State == Repeat && n.Count == k
+		})
+	}
+}
+
+// stepToRepeat moves the alarms' clock to the next repeat of device id's
+// alarm, after checking that nothing comes a millisecond before it, and
+// returns the repeat.
+func (h *harness) stepToRepeat(a *Alarms, id string) note {
+	h.t.Helper()
+	v, ok, err := a.Get(h.ctx, id)
+	if err != nil || !ok || v.Next == 0 {
+		h.t.Fatalf("alarm of %s: got %+v (present %v, %v), want a repeat to come", id, v, ok, err)
+	}
+	n := len(h.notesOf(id))
+	h.clock.Set(time.UnixMilli(v.Next - 1))
+	testenv.Never(h.t, 50*time.Millisecond, fmt.Sprintf("a notification of %s a millisecond before its repeat", id), func() bool {
+		return len(h.notesOf(id)) > n
+	})
+	h.clock.Set(time.UnixMilli(v.Next))
+	return h.notes.Wait(h.t, 5*time.Second, fmt.Sprintf("repeat %d of %s", v.Count+1, id), func(n dispatch.Alarm) bool {
+		return n.Device == id && n.State == Repeat && n.Count == v.Count+1
+	})
 }
 
 // states returns the state/count sequence of id's notifications.
-func states(gs []got) []string {
+func states(gs []note) []string {
 	out := make([]string, len(gs))
 	for j, g := range gs {
-		out[j] = fmt.Sprintf("%s/%d", g.alarm.State, g.alarm.Count)
-		if g.alarm.Reason != "" {
-			out[j] = fmt.Sprintf("%s:%s/%d", g.alarm.State, g.alarm.Reason, g.alarm.Count)
+		out[j] = fmt.Sprintf("%s/%d", g.Body.State, g.Body.Count)
+		if g.Body.Reason != "" {
+			out[j] = fmt.Sprintf("%s:%s/%d", g.Body.State, g.Body.Reason, g.Body.Count)
 		}
 	}
 	return out
-}
-
-// streamIDs counts each Nats-Msg-Id stored in the stream under prefix.
-// JetStream drops a re-publish with a known id, so this is what the alarm
-// promises downstream: one message per transition.
-func (h *harness) streamIDs(prefix string) map[string]int {
-	h.t.Helper()
-	st, err := h.js.Stream(h.ctx, "SIGWATCH")
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	info, err := st.Info(h.ctx)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	ids := map[string]int{}
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := st.GetMsg(h.ctx, seq)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		if strings.HasPrefix(m.Subject, prefix) {
-			ids[m.Header.Get(nats.MsgIdHdr)]++
-		}
-	}
-	return ids
 }
 
 // checkOnePerTransition asserts that every notification id is stored once
 // and that every alarm of every device reads raised (or flapping), repeats
 // counted 1, 2, 3... without gap or repeat, and at most one resolved.
+// JetStream drops a re-publish with a known id, so the stream holds what
+// the alarm promises downstream: one message per transition.
 func (h *harness) checkOnePerTransition(ids []string) {
 	h.t.Helper()
-	for id, n := range h.streamIDs("sigwatch.alarm.") {
+	for id, n := range testenv.StreamMsgIDs(h.t, h.nc, "SIGWATCH", "sigwatch.alarm.") {
 		if n != 1 {
 			h.t.Errorf("notification %s stored %d times, want once", id, n)
 		}
 	}
 	for _, id := range ids {
-		bySince := map[int64][]got{}
-		for _, g := range h.notes.of(id) {
-			bySince[g.alarm.Since] = append(bySince[g.alarm.Since], g)
+		bySince := map[int64][]note{}
+		for _, g := range h.notesOf(id) {
+			bySince[g.Body.Since] = append(bySince[g.Body.Since], g)
 		}
 		for since, gs := range bySince {
 			if err := checkSequence(gs); err != nil {
@@ -338,49 +334,43 @@ func (h *harness) checkOnePerTransition(ids []string) {
 }
 
 // checkSequence checks the notifications of one alarm, in stream order.
-func checkSequence(gs []got) error {
+func checkSequence(gs []note) error {
 	if len(gs) == 0 {
 		return nil
 	}
-	if s := gs[0].alarm.State; s != Raised && s != Flapping {
+	if s := gs[0].Body.State; s != Raised && s != Flapping {
 		return fmt.Errorf("starts with %s, want raised or flapping", s)
 	}
 	count := 0
 	for j, g := range gs[1:] {
-		switch g.alarm.State {
+		switch g.Body.State {
 		case Repeat:
 			count++
-			if g.alarm.Count != count {
-				return fmt.Errorf("repeat %d has count %d", count, g.alarm.Count)
+			if g.Body.Count != count {
+				return fmt.Errorf("repeat %d has count %d", count, g.Body.Count)
 			}
 		case Resolved:
 			if j != len(gs)-2 {
 				return fmt.Errorf("notifications after resolved")
 			}
 		case Raised:
-			if gs[0].alarm.State != Flapping || g.alarm.Reason != ReasonStable {
+			if gs[0].Body.State != Flapping || g.Body.Reason != ReasonStable {
 				return fmt.Errorf("raised twice")
 			}
 		default:
-			return fmt.Errorf("unexpected %s", g.alarm.State)
+			return fmt.Errorf("unexpected %s", g.Body.State)
 		}
 	}
 	return nil
 }
 
 // gaps returns the times between consecutive notifications.
-func gaps(gs []got) []time.Duration {
+func gaps(gs []note) []time.Duration {
 	var out []time.Duration
 	for j := 1; j < len(gs); j++ {
-		out = append(out, time.UnixMilli(gs[j].alarm.At).Sub(time.UnixMilli(gs[j-1].alarm.At)))
+		out = append(out, time.UnixMilli(gs[j].Body.At).Sub(time.UnixMilli(gs[j-1].Body.At)))
 	}
 	return out
-}
-
-// checkNoLeak fails if a goroutine of the alarm package is still running.
-func checkNoLeak(t *testing.T) {
-	t.Helper()
-	testenv.CheckNoLeak(t, 3*time.Second, "sigwatch/alarm.(*Alarms)")
 }
 
 func policy() Policy {
@@ -390,56 +380,61 @@ func policy() Policy {
 // TestRaisedRepeatsThenRecovered proves the lifecycle of a lost device: it
 // is raised, repeated at the interval (growing by the backoff up to its
 // cap), and resolved/recovered within a second of its first new signal,
-// beside ingest's sigwatch.recovered.
+// beside ingest's sigwatch.recovered. The alarms' clock is stepped to each
+// repeat.
 func TestRaisedRepeatsThenRecovered(t *testing.T) {
-	h := newHarness(t)
+	h := newSteppedHarness(t)
 	p := policy()
 	a, _ := h.alarms("a", p)
 
 	h.signal("dev-1", "meter")
 	raised := h.wait("dev-1", Raised, "", 5*time.Second)
 	testenv.WaitFor(t, 2*time.Second, "active{raised} 1", func() bool {
-		return value(a.m.active.WithLabelValues(Raised)) == 1
+		return testutil.ToFloat64(a.m.active.WithLabelValues(Raised)) == 1
 	})
-	if raised.alarm.Type != "meter" || raised.subject != "sigwatch.alarm.meter" || raised.msgID != raised.alarm.ID {
-		t.Errorf("raised = %+v on %s with id %s, want type meter on sigwatch.alarm.meter, Nats-Msg-Id = id", raised.alarm, raised.subject, raised.msgID)
+	if raised.Body.Type != "meter" || raised.Subject != "sigwatch.alarm.meter" || raised.MsgID != raised.Body.ID {
+		t.Errorf("raised = %+v on %s with id %s, want type meter on sigwatch.alarm.meter, Nats-Msg-Id = id", raised.Body, raised.Subject, raised.MsgID)
 	}
-	testenv.WaitFor(t, 5*time.Second, "three repeats", func() bool { return len(h.notes.of("dev-1")) >= 4 })
-	for j, g := range gaps(h.notes.of("dev-1")[:4]) {
+	for range 3 {
+		h.stepToRepeat(a, "dev-1")
+	}
+	for j, g := range gaps(h.notesOf("dev-1")[:4]) {
 		if g < interval-20*time.Millisecond || g > interval+250*time.Millisecond {
 			t.Errorf("gap %d between notifications = %v, want the interval %v", j, g, interval)
 		}
 	}
 	back := h.signal("dev-1", "meter")
 	res := h.wait("dev-1", Resolved, ReasonRecovered, 3*time.Second)
-	if lag := res.at.Sub(back); lag > time.Second {
+	if lag := res.At.Sub(back); lag > time.Second {
 		t.Errorf("resolved/recovered %v after the first new signal, want within 1s", lag)
 	}
-	if rec := h.notes.recoveredOf("dev-1"); len(rec) != 1 || rec[0].LostAt != raised.alarm.Since {
-		t.Errorf("sigwatch.recovered events = %+v, want one for the loss at %d", rec, raised.alarm.Since)
+	if rec := h.recovered.Bodies(func(r dispatch.Recovered) bool { return r.Device == "dev-1" }); len(rec) != 1 || rec[0].LostAt != raised.Body.Since {
+		t.Errorf("sigwatch.recovered events = %+v, want one for the loss at %d", rec, raised.Body.Since)
 	}
-	if n, r := value(a.m.notifications.WithLabelValues(Repeat)), value(a.m.repeatLag); n < 3 || r < n {
+	if n, r := testutil.ToFloat64(a.m.notifications.WithLabelValues(Repeat)), testenv.Observations(t, a.m.repeatLag); n < 3 || float64(r) < n {
 		t.Errorf("metrics: %v repeats notified, %v repeat lags observed; want at least 3, and a lag for each", n, r)
 	}
 	testenv.WaitFor(t, 2*time.Second, "active{raised} 0", func() bool {
-		return value(a.m.active.WithLabelValues(Raised)) == 0 &&
-			value(a.m.notifications.WithLabelValues(Resolved)) == 1
+		return testutil.ToFloat64(a.m.active.WithLabelValues(Raised)) == 0 &&
+			testutil.ToFloat64(a.m.notifications.WithLabelValues(Resolved)) == 1
 	})
 	h.checkOnePerTransition([]string{"dev-1"})
 }
 
 // TestRepeatBackoff proves that repeats back off by the factor up to the
-// cap.
+// cap. The alarms' clock is stepped to each repeat.
 func TestRepeatBackoff(t *testing.T) {
-	h := newHarness(t)
+	h := newSteppedHarness(t)
 	p := policy()
 	p.Backoff, p.MaxInterval = 2, 4*interval
-	h.alarms("a", p)
+	a, _ := h.alarms("a", p)
 	h.signal("dev-b", "")
 	h.wait("dev-b", Raised, "", 5*time.Second)
-	testenv.WaitFor(t, 10*time.Second, "five repeats", func() bool { return len(h.notes.of("dev-b")) >= 6 })
+	for range 5 {
+		h.stepToRepeat(a, "dev-b")
+	}
 	want := []time.Duration{interval, 2 * interval, 4 * interval, 4 * interval, 4 * interval}
-	for j, g := range gaps(h.notes.of("dev-b")[:6]) {
+	for j, g := range gaps(h.notesOf("dev-b")[:6]) {
 		if g < want[j]-20*time.Millisecond || g > want[j]+250*time.Millisecond {
 			t.Errorf("gap %d = %v, want %v", j, g, want[j])
 		}
@@ -457,7 +452,7 @@ func TestLostAfterComebackRaisesNothing(t *testing.T) {
 	defer stop()
 	old := time.Now().Add(-time.Second).UnixMilli()
 	ev := dispatch.Lost{ID: dispatch.LostID("dev-c", old), Device: "dev-c", Deadline: old, FiredAt: old}
-	msg, _ := dispatch.Encode(h.pub.Subjects().Lost(""), ev.ID, ev)
+	msg, _ := dispatch.Encode(dispatch.Subjects{}.Lost(""), ev.ID, ev)
 	if err := h.pub.Publish(h.ctx, []dispatch.Message{msg})[0]; err != nil {
 		t.Fatal(err)
 	}
@@ -465,12 +460,12 @@ func TestLostAfterComebackRaisesNothing(t *testing.T) {
 		_, ok, err := a.Get(h.ctx, "dev-c")
 		return err == nil && ok
 	})
-	time.Sleep(2 * interval)
+	testenv.Never(t, 2*interval, "the alarm of a device that came back not idle, or notified", func() bool {
+		v, _, _ := a.Get(h.ctx, "dev-c")
+		return v.State != "idle" || len(h.notesOf("dev-c")) != 0
+	})
 	if v, _, _ := a.Get(h.ctx, "dev-c"); v.State != "idle" {
 		t.Errorf("alarm of a device that came back = %+v, want idle", v)
-	}
-	if gs := h.notes.of("dev-c"); len(gs) != 0 {
-		t.Errorf("notifications for a device that came back: %v, want none", states(gs))
 	}
 }
 
@@ -489,34 +484,27 @@ func TestAck(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.wait("dev-ack", Resolved, ReasonAcked, 2*time.Second)
+	acked := len(h.notesOf("dev-ack"))
+	afterResolved := func() bool { return len(h.notesOf("dev-ack")) > acked }
 	until := time.Now().Add(1500 * time.Millisecond)
 	v, err := a.Ack(h.ctx, "dev-snooze", until)
 	if err != nil || v.State != "acked" || v.AckedUntil != until.UnixMilli() {
 		t.Fatalf("ack until: got %+v, %v; want acked until %d", v, err, until.UnixMilli())
 	}
-	time.Sleep(time.Until(until) - 100*time.Millisecond)
-	if gs := h.notes.of("dev-ack"); gs[len(gs)-1].alarm.State != Resolved {
-		t.Errorf("acked alarm went on: %v", states(gs))
-	}
 	// v.Count repeats were sent when the ack landed; the next waits for its end.
-	for _, g := range h.notes.of("dev-snooze") {
-		if g.alarm.Count > v.Count {
-			t.Errorf("notification while acked until %v: %v", until, states([]got{g}))
-		}
-	}
-	testenv.WaitFor(t, 3*time.Second, "repeats resumed", func() bool {
-		gs := h.notes.of("dev-snooze")
-		return gs[len(gs)-1].alarm.Count > v.Count
+	testenv.Never(t, time.Until(until)-100*time.Millisecond, "a notification while acked, or after resolved", func() bool {
+		return afterResolved() || len(h.notes.Where(func(n dispatch.Alarm) bool { return n.Device == "dev-snooze" && n.Count > v.Count })) > 0
 	})
-	for _, g := range h.notes.of("dev-snooze") {
-		if g.alarm.Count == v.Count+1 && (g.alarm.State != Repeat || g.alarm.At < until.UnixMilli() || g.at.After(until.Add(500*time.Millisecond))) {
-			t.Errorf("after the ack: %s at %v, want a repeat just after %v", states([]got{g}), g.at, until)
+	testenv.WaitFor(t, 3*time.Second, "repeats resumed", func() bool {
+		gs := h.notesOf("dev-snooze")
+		return gs[len(gs)-1].Body.Count > v.Count
+	})
+	for _, g := range h.notesOf("dev-snooze") {
+		if g.Body.Count == v.Count+1 && (g.Body.State != Repeat || g.Body.At < until.UnixMilli() || g.At.After(until.Add(500*time.Millisecond))) {
+			t.Errorf("after the ack: %s at %v, want a repeat just after %v", states([]note{g}), g.At, until)
 		}
 	}
-	time.Sleep(2 * interval)
-	if gs := h.notes.of("dev-ack"); gs[len(gs)-1].alarm.State != Resolved {
-		t.Errorf("acked alarm went on: %v", states(gs))
-	}
+	testenv.Never(t, 2*interval, "the acked alarm going on after resolved", afterResolved)
 	if _, err := a.Ack(h.ctx, "nobody", time.Time{}); err != ErrNoAlarm {
 		t.Errorf("ack of a device without alarm: %v, want ErrNoAlarm", err)
 	}
@@ -541,16 +529,15 @@ func TestMuteByType(t *testing.T) {
 	h.signal("dev-meter", "meter")
 	h.signal("dev-tracker", "tracker")
 	h.wait("dev-tracker", Repeat, "", 5*time.Second)
-	time.Sleep(time.Until(time.UnixMilli(m.Until)) - 200*time.Millisecond)
-	if gs := h.notes.of("dev-meter"); len(gs) != 0 {
-		t.Errorf("muted type notified: %v", states(gs))
-	}
-	if gs := h.notes.of("dev-tracker"); len(gs) < 3 {
+	testenv.Never(t, time.Until(time.UnixMilli(m.Until))-200*time.Millisecond, "a notification of the muted type", func() bool {
+		return len(h.notesOf("dev-meter")) != 0
+	})
+	if gs := h.notesOf("dev-tracker"); len(gs) < 3 {
 		t.Errorf("type not muted got %v, want raised and repeats", states(gs))
 	}
 	first := h.wait("dev-meter", Repeat, "", 3*time.Second)
-	if first.alarm.Count < 2 || first.alarm.At < m.Until {
-		t.Errorf("first meter notification after the mute = %+v, want a repeat after %d with the count gone on underneath", first.alarm, m.Until)
+	if first.Body.Count < 2 || first.Body.At < m.Until {
+		t.Errorf("first meter notification after the mute = %+v, want a repeat after %d with the count gone on underneath", first.Body, m.Until)
 	}
 	if ms, err := a.Mutes(h.ctx); err != nil || len(ms) != 0 {
 		t.Errorf("mutes after the end = %+v, %v; want none", ms, err)
@@ -560,16 +547,22 @@ func TestMuteByType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * interval)
-	n := len(h.notes.of("dev-tracker"))
-	time.Sleep(2 * interval)
-	if got := len(h.notes.of("dev-tracker")); got != n {
-		t.Errorf("muted device notified: %d notifications, want %d", got, n)
+	// A repeat decided after the mute was stored is muted, and the
+	// notifications decided before it are out by then.
+	v, _, err := a.Get(h.ctx, "dev-tracker")
+	if err != nil {
+		t.Fatal(err)
 	}
+	testenv.WaitFor(t, 2*time.Second, "a repeat of dev-tracker decided under the mute", func() bool {
+		w, _, err := a.Get(h.ctx, "dev-tracker")
+		return err == nil && w.Count > v.Count
+	})
+	n := len(h.notesOf("dev-tracker"))
+	testenv.Never(t, 2*interval, "a notification of the muted device", func() bool { return len(h.notesOf("dev-tracker")) != n })
 	if ok, err := a.RemoveMute(h.ctx, m2.ID); !ok || err != nil {
 		t.Fatalf("remove mute: %v %v", ok, err)
 	}
-	testenv.WaitFor(t, 2*time.Second, "notifications after unmute", func() bool { return len(h.notes.of("dev-tracker")) > n })
+	testenv.WaitFor(t, 2*time.Second, "notifications after unmute", func() bool { return len(h.notesOf("dev-tracker")) > n })
 }
 
 // TestRemoveResolves proves that removing a device resolves its alarm with
@@ -584,44 +577,51 @@ func TestRemoveResolves(t *testing.T) {
 	}
 	h.wait("dev-rm", Resolved, ReasonRemoved, 2*time.Second)
 	// The lost event delivered again raises nothing.
-	ev := dispatch.Lost{ID: dispatch.LostID("dev-rm", raised.alarm.Since) + "-again", Device: "dev-rm", Deadline: raised.alarm.Since}
-	msg, _ := dispatch.Encode(h.pub.Subjects().Lost(""), ev.ID, ev)
+	ev := dispatch.Lost{ID: dispatch.LostID("dev-rm", raised.Body.Since) + "-again", Device: "dev-rm", Deadline: raised.Body.Since}
+	msg, _ := dispatch.Encode(dispatch.Subjects{}.Lost(""), ev.ID, ev)
 	if err := h.pub.Publish(h.ctx, []dispatch.Message{msg})[0]; err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * interval)
-	if gs := h.notes.of("dev-rm"); len(gs) != 2 {
-		t.Errorf("notifications of a removed device: %v, want raised, resolved:removed", states(gs))
-	}
+	testenv.Never(t, 3*interval, "a notification of a removed device after raised, resolved:removed", func() bool {
+		return len(h.notesOf("dev-rm")) != 2
+	})
 }
 
 // TestReplicasOneNotificationPerTransition proves that two and three alarm
 // replicas on the same devices publish exactly one notification per
 // transition: every id once in the stream, repeats counted without gap or
-// duplicate, one resolved per alarm.
+// duplicate, one resolved per alarm. The alarms' clock is stepped through
+// four repeats of every alarm.
 func TestReplicasOneNotificationPerTransition(t *testing.T) {
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			h := newHarness(t)
+			h := newSteppedHarness(t)
 			for r := range n {
 				h.alarms(fmt.Sprintf("r%d", r), policy())
 			}
-			var ids []string
-			for k := range 40 {
-				ids = append(ids, fmt.Sprintf("dev-%02d", k))
-				h.signal(ids[k], "")
+			ids := h.raiseAll("dev", 40)
+			h.waitAll(ids, Raised, "", 10*time.Second)
+			for k := 1; k <= 4; k++ {
+				h.stepAll(ids, k)
 			}
-			for _, id := range ids {
-				h.wait(id, Repeat, "", 10*time.Second)
+			h.recoverAll(ids)
+			// Nothing more of the resolved alarms, however far the clock
+			// moves. (Silent again, each device is lost anew a threshold
+			// after its signal: a new alarm.)
+			resolved := map[string]int64{}
+			for _, n := range h.notes.Bodies(func(n dispatch.Alarm) bool { return n.State == Resolved }) {
+				resolved[n.Device] = n.Since
 			}
-			time.Sleep(3 * interval)
-			for _, id := range ids {
-				h.signal(id, "")
-			}
-			for _, id := range ids {
-				h.wait(id, Resolved, ReasonRecovered, 5*time.Second)
-			}
-			time.Sleep(2 * interval)
+			done := h.notes.Len()
+			h.clock.Advance(2 * interval)
+			testenv.Never(t, 200*time.Millisecond, "a notification of an alarm after its resolved", func() bool {
+				for _, e := range h.notes.Events()[done:] {
+					if since, ok := resolved[e.Body.Device]; ok && e.Body.Since == since {
+						return true
+					}
+				}
+				return false
+			})
 			h.checkOnePerTransition(ids)
 		})
 	}
@@ -648,8 +648,8 @@ func TestFlappingNotifiesOnce(t *testing.T) {
 	defer stop()
 	h.wait("dev-flap", Resolved, ReasonStable, 5*time.Second)
 	var flapping, raised int
-	for _, g := range h.notes.of("dev-flap") {
-		switch g.alarm.State {
+	for _, g := range h.notesOf("dev-flap") {
+		switch g.Body.State {
 		case Flapping:
 			flapping++
 		case Raised:
@@ -658,7 +658,7 @@ func TestFlappingNotifiesOnce(t *testing.T) {
 	}
 	if flapping != 1 || raised != 2 {
 		t.Errorf("notifications over 7 flaps: %v; want 2 raised (and resolved), then one flapping, then resolved/stable",
-			states(h.notes.of("dev-flap")))
+			states(h.notesOf("dev-flap")))
 	}
 	h.checkOnePerTransition([]string{"dev-flap"})
 }
@@ -666,19 +666,15 @@ func TestFlappingNotifiesOnce(t *testing.T) {
 // TestRepeatsAcrossDoubling proves that repeat timers survive a doubling of
 // the deadline shards and of the repeat timer shards: every alarm goes on
 // repeating without a skipped or doubled repeat, and the doubling of the
-// timers drains and finishes.
+// timers drains and finishes. The alarms' clock is stepped through the
+// repeats, and stands still while the doubling drains.
 func TestRepeatsAcrossDoubling(t *testing.T) {
-	h := newHarness(t)
+	h := newSteppedHarness(t)
 	h.alarms("a", policy())
 	h.alarms("b", policy())
-	var ids []string
-	for k := range 30 {
-		ids = append(ids, fmt.Sprintf("dbl-%02d", k))
-		h.signal(ids[k], "")
-	}
-	for _, id := range ids {
-		h.wait(id, Repeat, "", 10*time.Second)
-	}
+	ids := h.raiseAll("dbl", 30)
+	h.waitAll(ids, Raised, "", 10*time.Second)
+	h.stepAll(ids, 1)
 	if _, err := h.store.Double(h.ctx, time.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -686,16 +682,26 @@ func TestRepeatsAcrossDoubling(t *testing.T) {
 		t.Fatal(err)
 	}
 	doubled := time.Now()
+	// A timer leaves its old shard when it fires: step through repeats
+	// until the doubling has drained, then three more.
+	k := 1
 	testenv.WaitFor(t, 15*time.Second, "the doubling of the repeat timers drained", func() bool {
-		tp, err := h.timers.Topology(h.ctx)
-		return err == nil && tp.Shards == 8 && tp.Prev == 0
+		if tp, err := h.timers.Topology(h.ctx); err == nil && tp.Shards == 8 && tp.Prev == 0 {
+			return true
+		}
+		k++
+		h.stepAll(ids, k)
+		return false
 	})
-	time.Sleep(3 * interval)
+	for range 3 {
+		k++
+		h.stepAll(ids, k)
+	}
 	for _, id := range ids {
-		gs := h.notes.of(id)
+		gs := h.notesOf(id)
 		var after int
 		for j, g := range gaps(gs) {
-			if gs[j+1].at.After(doubled) {
+			if gs[j+1].At.After(doubled) {
 				after++
 			}
 			if g > 2*interval+300*time.Millisecond {
@@ -706,12 +712,7 @@ func TestRepeatsAcrossDoubling(t *testing.T) {
 			t.Errorf("device %s: %d repeats after the doubling, want it to go on repeating", id, after)
 		}
 	}
-	for _, id := range ids {
-		h.signal(id, "")
-	}
-	for _, id := range ids {
-		h.wait(id, Resolved, ReasonRecovered, 5*time.Second)
-	}
+	h.recoverAll(ids)
 	h.checkOnePerTransition(ids)
 }
 
@@ -737,7 +738,7 @@ func TestRacingHandlersOneTransition(t *testing.T) {
 		for _, a := range reps {
 			wg.Go(func() {
 				if err := (events{a}).Lost(h.ctx, ev); err != nil {
-					t.Errorf("onLost: %v", err)
+					t.Errorf("Lost: %v", err)
 				}
 			})
 		}
@@ -754,27 +755,16 @@ func TestRacingHandlersOneTransition(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	time.Sleep(interval)
+	// Every transition was published before its handler returned: wait for
+	// the recorder to have read what the stream holds.
+	testenv.WaitFor(t, 5*time.Second, "every stored notification read", func() bool {
+		return h.notes.Len() >= len(testenv.StreamMsgIDs(t, h.nc, "SIGWATCH", "sigwatch.alarm."))
+	})
 	for _, id := range ids {
-		gs := h.notes.of(id)
-		if len(gs) < 2 || gs[0].alarm.State != Raised || gs[1].alarm.State != Repeat || gs[1].alarm.Count != 1 {
+		gs := h.notesOf(id)
+		if len(gs) < 2 || gs[0].Body.State != Raised || gs[1].Body.State != Repeat || gs[1].Body.Count != 1 {
 			t.Errorf("device %s: %v, want raised/0, repeat/1 ...", id, states(gs))
 		}
 	}
 	h.checkOnePerTransition(ids)
-}
-
-// value reads a counter or gauge, or a histogram's sample count.
-func value(c prometheus.Metric) float64 {
-	var m dto.Metric
-	_ = c.Write(&m)
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Histogram != nil:
-		return float64(m.Histogram.GetSampleCount())
-	}
-	return 0
 }

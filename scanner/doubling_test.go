@@ -254,7 +254,7 @@ func (h *harness) double(t *testing.T, within time.Duration) (started, finished 
 // and no event was fired before its deadline.
 func checkLost(t *testing.T, h *harness, want, last map[string]int64) {
 	t.Helper()
-	msgs, distinct := h.streamLost()
+	distinct := h.streamLost()
 	perDevice := map[string]int{}
 	for id, n := range distinct {
 		dev, _, _ := strings.Cut(id, "@")
@@ -272,33 +272,35 @@ func checkLost(t *testing.T, h *harness, want, last map[string]int64) {
 	for dev, n := range perDevice {
 		if _, ok := want[dev]; !ok {
 			var evs []string
-			for _, ev := range h.events.lostOf(dev) {
+			for _, ev := range h.lost.Bodies(of(dev)) {
 				evs = append(evs, fmt.Sprintf("deadline %d fired_at %d shard %d", ev.Deadline, ev.FiredAt, ev.Shard))
 			}
 			t.Errorf("%s was never silenced but fired %d times: an early fire (%s; last written %d)", dev, n, strings.Join(evs, ", "), last[dev])
 		}
 	}
-	if msgs != len(want) {
+	if msgs := sum(distinct); msgs != len(want) {
 		t.Errorf("stream holds %d lost messages, want %d (one per silenced device)", msgs, len(want))
 	}
-	for _, g := range h.events.lostEvents() {
-		if g.ev.FiredAt < g.ev.Deadline || g.at.UnixMilli() < g.ev.Deadline {
-			t.Errorf("%s fired early: fired_at %d, arrived %d, deadline %d", g.ev.Device, g.ev.FiredAt, g.at.UnixMilli(), g.ev.Deadline)
+	for _, g := range h.lost.Events() {
+		if g.Body.FiredAt < g.Body.Deadline || g.At.UnixMilli() < g.Body.Deadline {
+			t.Errorf("%s fired early: fired_at %d, arrived %d, deadline %d", g.Body.Device, g.Body.FiredAt, g.At.UnixMilli(), g.Body.Deadline)
 		}
 	}
 }
 
-// waitAllLost waits until every silenced device is in the stream, then a
-// little longer for duplicates and early fires to show.
+// waitAllLost waits until every silenced device is in the stream, then
+// watches a little longer for early fires and second fires: an event id
+// beyond one per silenced device.
 func waitAllLost(t *testing.T, h *harness, l *fleetLoad) map[string]int64 {
 	t.Helper()
 	l.stopSilencing()
 	want := l.silenced()
 	testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("%d silenced devices in the stream", len(want)), func() bool {
-		_, distinct := h.streamLost()
-		return len(distinct) >= len(want)
+		return len(h.streamLost()) >= len(want)
 	})
-	time.Sleep(300 * time.Millisecond)
+	testenv.Never(t, 300*time.Millisecond, "a lost event id beyond one per silenced device", func() bool {
+		return len(h.lost.MsgIDs()) > len(want)
+	})
 	return want
 }
 
@@ -313,15 +315,14 @@ func (h *harness) doublingScanner(replica string) (*Scanner, *prometheus.Registr
 // Outcomes of the crossing rule, the label of crossing_total.
 const (
 	crossStale = "stale"
-	crossElse  = "fired_elsewhere"
 	crossFire  = "fire"
 )
 
 func (h *harness) crossings(ss ...*Scanner) map[string]float64 {
 	out := map[string]float64{}
 	for _, s := range ss {
-		for _, o := range []string{crossStale, crossElse, crossFire} {
-			out[o] += h.metric(s, "sigwatch_scanner_crossing_total", "outcome", o)
+		for o, v := range testenv.Series(h.t, h.regs[s], "sigwatch_scanner_crossing_total", "outcome") {
+			out[o] += v
 		}
 	}
 	return out
@@ -332,9 +333,7 @@ func (h *harness) crossings(ss ...*Scanner) map[string]float64 {
 // from h.shards.
 func runDoublings(t *testing.T, h *harness, devices int, lags []time.Duration) (views []*laggingView, ss []*Scanner, finished []time.Time) {
 	h.advanceWatermark()
-	topoCtx, stopTopo := context.WithCancel(h.ctx)
-	t.Cleanup(stopTopo)
-	go h.topo.Run(topoCtx)
+	stopTopo := h.watchTopology()
 
 	a, _ := h.doublingScanner("a")
 	b, _ := h.doublingScanner("b")
@@ -352,7 +351,8 @@ func runDoublings(t *testing.T, h *harness, devices int, lags []time.Duration) (
 	stopA()
 	stopB()
 	l.stop()
-	checkNoLeak(t)
+	stopTopo()
+	h.checkNoLeak()
 	checkLost(t, h, want, l.written())
 	if cur, _ := h.store.Topology(h.ctx); cur.Shards != 4*h.shards || cur.Prev != 0 || cur.Epoch != 5 {
 		t.Errorf("final topology %+v, want %d shards, not draining, epoch 5", cur, 4*h.shards)
@@ -438,9 +438,7 @@ func TestDoublingOnRedisCluster(t *testing.T) {
 func TestDoublingWithReplicasDyingAndJoining(t *testing.T) {
 	h := newHarness(t, 16)
 	h.advanceWatermark()
-	topoCtx, stopTopo := context.WithCancel(h.ctx)
-	t.Cleanup(stopTopo)
-	go h.topo.Run(topoCtx)
+	stopTopo := h.watchTopology()
 
 	scanners := map[string]*Scanner{}
 	stops := map[string]func(){}
@@ -485,7 +483,8 @@ func TestDoublingWithReplicasDyingAndJoining(t *testing.T) {
 		stops[name]()
 	}
 	l.stop()
-	checkNoLeak(t)
+	stopTopo()
+	h.checkNoLeak()
 	checkLost(t, h, want, l.written())
 	t.Logf("%d silenced; crossing outcomes %v", len(want), h.crossings(scanners["a"], scanners["c"], scanners["d"]))
 }
@@ -567,20 +566,20 @@ func TestCrossingRule(t *testing.T) {
 	}
 	s, _ := h.scanner("a", nil)
 	stop := h.run(s)
-	testenv.WaitFor(t, 5*time.Second, "three lost events", func() bool { return len(h.events.lostEvents()) >= 3 })
+	testenv.WaitFor(t, 5*time.Second, "three lost events", func() bool { return h.lost.Len() >= 3 })
 	testenv.WaitFor(t, 5*time.Second, "the stale copies to be dropped", func() bool {
 		_, a, _ := h.store.Score(h.ctx, shard.Deadlines, 0, staleOld)
 		_, b, _ := h.store.Score(h.ctx, shard.Deadlines, 1, staleNew)
 		_, c, _ := h.store.Score(h.ctx, shard.Deadlines, 0, firedElsewhere)
 		return !a && !b && !c
 	})
-	time.Sleep(200 * time.Millisecond)
+	testenv.Never(t, 200*time.Millisecond, "a fourth lost event", func() bool { return h.lost.Len() > 3 })
 	stop()
-	checkNoLeak(t)
+	h.checkNoLeak()
 
 	for id, want := range map[string][]int64{equal: {d}, lower: {d}, alone: {d}, staleOld: nil, staleNew: nil, firedElsewhere: nil} {
 		var got []int64
-		for _, ev := range h.events.lostOf(id) {
+		for _, ev := range h.lost.Bodies(of(id)) {
 			got = append(got, ev.Deadline)
 			if want != nil && ev.Shard != 1 && id == equal {
 				t.Errorf("%s fired from shard %d, want from its new shard 1", id, ev.Shard)
@@ -599,8 +598,8 @@ func TestCrossingRule(t *testing.T) {
 			t.Errorf("%s: later copy in shard %d got %d (present %v), want %d kept", c.id, c.shard, sc, ok, c.want)
 		}
 	}
-	if msgs, distinct := h.streamLost(); msgs != 3 || len(distinct) != 3 {
-		t.Errorf("stream holds %d lost messages with %d distinct ids, want 3 and 3", msgs, len(distinct))
+	if distinct := h.streamLost(); sum(distinct) != 3 || len(distinct) != 3 {
+		t.Errorf("stream holds %d lost messages with %d distinct ids, want 3 and 3", sum(distinct), len(distinct))
 	}
 }
 
@@ -632,11 +631,11 @@ func TestCrossingBeforeTopologyIsSeen(t *testing.T) {
 		return !ok
 	})
 	stop()
-	checkNoLeak(t)
+	h.checkNoLeak()
 	if got := h.topo.Current(); got.Shards != 1 {
 		t.Fatalf("scanner view %+v, want it still at one shard for this test", got)
 	}
-	if got := h.events.lostOf(id); len(got) != 0 {
+	if got := h.lost.Bodies(of(id)); len(got) != 0 {
 		t.Errorf("%s fired at %d although its deadline is %d: an early fire", id, got[0].Deadline, later)
 	}
 }

@@ -2,22 +2,16 @@ package scanner
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/redis/rueidis"
 
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/testenv"
@@ -26,19 +20,21 @@ import (
 
 const threshold = time.Second
 
-// harness is one test's Redis, NATS, store, publisher and event recorder.
+// harness is one test's Redis, NATS, store, publisher and event recorders.
 type harness struct {
-	t      *testing.T
-	ctx    context.Context
-	env    *testenv.Env
-	store  *shard.Store
-	topo   *shard.Watcher
-	thr    *shard.Thresholds
-	pub    *dispatch.Publisher
-	js     jetstream.JetStream
-	shards int
-	events *recorder
-	regs   map[*Scanner]*prometheus.Registry // each scanner's metrics
+	t         *testing.T
+	ctx       context.Context
+	env       *testenv.Env
+	nc        *nats.Conn
+	store     *shard.Store
+	topo      *shard.Watcher
+	thr       *shard.Thresholds
+	pub       *dispatch.Publisher
+	shards    int
+	lost      *testenv.Recorder[dispatch.Lost]      // sigwatch.lost.> on core NATS
+	recovered *testenv.Recorder[dispatch.Recovered] // sigwatch.recovered.> on core NATS
+	regs      map[*Scanner]*prometheus.Registry     // each scanner's metrics
+	before    testenv.LeakOption                    // the goroutines running once the harness is up
 }
 
 func newHarness(t *testing.T, shards int) *harness {
@@ -52,43 +48,24 @@ func newHarnessOn(t *testing.T, shards int, addrs []string) *harness {
 	t.Helper()
 	env := testenv.New(t, testenv.Options{NATS: true})
 	ctx := context.Background()
-	if len(addrs) == 0 {
-		addrs = []string{env.Redis.Addr}
+	store := env.Store(t, "sw")
+	if len(addrs) > 0 {
+		store = testenv.StoreOn(t, addrs, "sw")
 	}
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	store := shard.NewStore(c, shard.NewKeys("sw"))
 	topo, err := shard.NewWatcher(ctx, store, shards, time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(env.NATS.URL, nats.ReconnectWait(50*time.Millisecond), nats.MaxReconnects(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := env.Conn(t, nats.ReconnectWait(50*time.Millisecond), nats.MaxReconnects(-1))
 	pub, err := dispatch.New(ctx, nc, dispatch.Options{AckWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &recorder{}
-	sub, err := nc.Subscribe(pub.Subjects().All(), rec.record)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sub.Unsubscribe() })
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	return &harness{t: t, ctx: ctx, env: env, store: store, topo: topo, thr: shard.NewThresholds(store, threshold, nil),
-		pub: pub, js: js, shards: shards, events: rec, regs: map[*Scanner]*prometheus.Registry{}}
+	return &harness{t: t, ctx: ctx, env: env, nc: nc, store: store, topo: topo, thr: shard.NewThresholds(store, threshold, nil),
+		pub: pub, shards: shards, regs: map[*Scanner]*prometheus.Registry{},
+		lost:      testenv.Record[dispatch.Lost](t, nc, "sigwatch.lost.>"),
+		recovered: testenv.Record[dispatch.Recovered](t, nc, "sigwatch.recovered.>"),
+		before:    testenv.IgnoreCurrent()}
 }
 
 // scanner returns a scanner with test timings, its metrics registry, and
@@ -101,7 +78,7 @@ func (h *harness) scanner(replica string, mod func(*Options)) (*Scanner, *promet
 		mod(&opts)
 	}
 	reg := prometheus.NewRegistry()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("replica", replica)
+	log := slog.New(slog.NewTextHandler(h.t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})).With("replica", replica)
 	s, err := New(opts, h.store, h.topo, h.pub, reg, log)
 	if err != nil {
 		h.t.Fatal(err)
@@ -139,23 +116,46 @@ func (h *harness) run(s *Scanner) (stop func()) {
 func (h *harness) advanceWatermark() (stop func()) {
 	ctx, cancel := context.WithCancel(h.ctx)
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			h.store.AdvanceWatermark(ctx, time.Now().UnixMilli(), time.Hour)
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
+	go h.playIngest(ctx, done)
 	var once sync.Once
 	stop = func() { once.Do(func() { cancel(); <-done }) }
 	h.t.Cleanup(stop)
 	return stop
+}
+
+// playIngest is advanceWatermark's goroutine; the leak check leaves it out.
+func (h *harness) playIngest(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		h.store.AdvanceWatermark(ctx, time.Now().UnixMilli(), time.Hour)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// watchTopology runs the scanners' topology watcher until the returned
+// function is called, as a process does while doublings happen.
+func (h *harness) watchTopology() (stop func()) {
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); h.topo.Run(ctx) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	h.t.Cleanup(stop)
+	return stop
+}
+
+// checkNoLeak fails if a goroutine started since the harness was up is
+// still running, but for the watermark the harness plays for the whole
+// test. Call it after every scanner of the test has stopped.
+func (h *harness) checkNoLeak() {
+	h.t.Helper()
+	testenv.VerifyNone(h.t, h.before, testenv.IgnoreFuncs("github.com/sigwatch/sigwatch/scanner.(*harness).playIngest"))
 }
 
 // add puts entries into their shards.
@@ -180,133 +180,32 @@ func (h *harness) score(id string) (int64, bool) {
 	return sc, ok
 }
 
-// streamLost returns the lost events stored in the stream: messages and
-// distinct ids. JetStream drops a re-publish with a known Nats-Msg-Id, so
-// this is what invariant 3 promises downstream.
-func (h *harness) streamLost() (msgs int, distinct map[string]int) {
+// streamLost counts the lost events stored in the stream under each id.
+// JetStream drops a re-publish with a known Nats-Msg-Id, so this is what
+// invariant 3 promises downstream.
+func (h *harness) streamLost() map[string]int {
 	h.t.Helper()
-	st, err := h.js.Stream(h.ctx, "SIGWATCH")
-	if err != nil {
-		h.t.Fatal(err)
+	return testenv.StreamMsgIDs(h.t, h.nc, "SIGWATCH", "sigwatch.lost.")
+}
+
+// sum is the number of messages counted in ids.
+func sum(ids map[string]int) int {
+	n := 0
+	for _, c := range ids {
+		n += c
 	}
-	info, err := st.Info(h.ctx)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	distinct = map[string]int{}
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := st.GetMsg(h.ctx, seq)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		if !strings.HasPrefix(m.Subject, "sigwatch.lost.") {
-			continue
-		}
-		msgs++
-		distinct[m.Header.Get(nats.MsgIdHdr)]++
-	}
-	return msgs, distinct
+	return n
 }
 
-// recorder keeps every event seen on a core subscription, with its arrival.
-type recorder struct {
-	mu        sync.Mutex
-	lost      []gotLost
-	recovered []dispatch.Recovered
+// of matches the lost events of device id.
+func of(id string) func(dispatch.Lost) bool {
+	return func(l dispatch.Lost) bool { return l.Device == id }
 }
 
-type gotLost struct {
-	ev    dispatch.Lost
-	msgID string
-	at    time.Time
-}
-
-func (r *recorder) record(m *nats.Msg) {
-	at := time.Now()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch {
-	case strings.HasPrefix(m.Subject, "sigwatch.lost."):
-		var ev dispatch.Lost
-		json.Unmarshal(m.Data, &ev)
-		r.lost = append(r.lost, gotLost{ev: ev, msgID: m.Header.Get(nats.MsgIdHdr), at: at})
-	case strings.HasPrefix(m.Subject, "sigwatch.recovered."):
-		var ev dispatch.Recovered
-		json.Unmarshal(m.Data, &ev)
-		r.recovered = append(r.recovered, ev)
-	}
-}
-
-func (r *recorder) lostEvents() []gotLost {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.lost)
-}
-
-func (r *recorder) recoveredEvents() []dispatch.Recovered {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.recovered)
-}
-
-// lostOf returns the lost events of device id.
-func (r *recorder) lostOf(id string) []dispatch.Lost {
-	var out []dispatch.Lost
-	for _, g := range r.lostEvents() {
-		if g.ev.Device == id {
-			out = append(out, g.ev)
-		}
-	}
-	return out
-}
-
-// checkNoLeak fails if a goroutine started by a Scanner or its engine is
-// still running. Call it after every scanner of the test has stopped.
-func checkNoLeak(t *testing.T) {
-	t.Helper()
-	testenv.CheckNoLeak(t, 2*time.Second, "sigwatch/scanner.(*Scanner)", "sigwatch/scanner.(*lost)", "sigwatch/shard/queue.")
-}
-
-// metric reads the counter or gauge name of s's registry whose labels
-// include the given name/value pairs; 0 if there is none.
-func (h *harness) metric(s *Scanner, name string, labels ...string) float64 {
+// metric reads the counter or gauge name of s's registry.
+func (h *harness) metric(s *Scanner, name string) float64 {
 	h.t.Helper()
-	mfs, err := h.regs[s].Gather()
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.Metric {
-			for k := 0; k+1 < len(labels); k += 2 {
-				if !slices.ContainsFunc(m.Label, func(l *dto.LabelPair) bool {
-					return l.GetName() == labels[k] && l.GetValue() == labels[k+1]
-				}) {
-					continue metrics
-				}
-			}
-			return m.GetCounter().GetValue() + m.GetGauge().GetValue() // one of them is nil
-		}
-	}
-	return 0
-}
-
-// observations returns the sample count of the histogram name in reg.
-func observations(t *testing.T, reg *prometheus.Registry, name string) int {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.Metric) == 1 {
-			return int(mf.Metric[0].GetHistogram().GetSampleCount())
-		}
-	}
-	return -1
+	return testenv.Gathered(h.t, h.regs[s], name)
 }
 
 func percentile(ds []time.Duration, p float64) time.Duration {
@@ -330,23 +229,22 @@ func TestFiresOnceNeverEarly(t *testing.T) {
 		want[e.ID] = e.Deadline
 	}
 	h.add(es...)
-	s, reg := h.scanner("a", nil)
+	s, _ := h.scanner("a", nil)
 	stop := h.run(s)
 
-	testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("%d lost events", n), func() bool { return len(h.events.lostEvents()) >= n })
-	// Give a duplicate the time to show up.
-	time.Sleep(100 * time.Millisecond)
+	testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("%d lost events", n), func() bool { return h.lost.Len() >= n })
+	testenv.Never(t, 100*time.Millisecond, "a lost event beyond one per deadline", func() bool { return h.lost.Len() > n })
 	stop()
-	checkNoLeak(t)
+	h.checkNoLeak()
 
-	got := h.events.lostEvents()
+	got := h.lost.Events()
 	if len(got) != n {
 		t.Errorf("got %d lost events, want %d (one per deadline)", len(got), n)
 	}
 	seen := map[string]bool{}
 	var lags, arrivals []time.Duration
 	for _, g := range got {
-		ev := g.ev
+		ev := g.Body
 		if seen[ev.Device] {
 			t.Errorf("%s fired twice", ev.Device)
 		}
@@ -354,24 +252,24 @@ func TestFiresOnceNeverEarly(t *testing.T) {
 		if ev.Deadline != want[ev.Device] {
 			t.Errorf("%s: got deadline %d, want %d", ev.Device, ev.Deadline, want[ev.Device])
 		}
-		if ev.FiredAt < ev.Deadline || g.at.UnixMilli() < ev.Deadline {
-			t.Errorf("%s fired early: fired_at %d, arrived %d, deadline %d", ev.Device, ev.FiredAt, g.at.UnixMilli(), ev.Deadline)
+		if ev.FiredAt < ev.Deadline || g.At.UnixMilli() < ev.Deadline {
+			t.Errorf("%s fired early: fired_at %d, arrived %d, deadline %d", ev.Device, ev.FiredAt, g.At.UnixMilli(), ev.Deadline)
 		}
 		if ev.LastSeen != ev.Deadline-threshold.Milliseconds() || ev.Shard != shard.Of(ev.Device, 4) {
 			t.Errorf("%s: got last_seen %d shard %d, want %d and %d", ev.Device, ev.LastSeen, ev.Shard, ev.Deadline-1000, shard.Of(ev.Device, 4))
 		}
-		if ev.ID != dispatch.LostID(ev.Device, ev.Deadline) || g.msgID != ev.ID {
-			t.Errorf("%s: got id %q, Nats-Msg-Id %q, want both %q", ev.Device, ev.ID, g.msgID, dispatch.LostID(ev.Device, ev.Deadline))
+		if ev.ID != dispatch.LostID(ev.Device, ev.Deadline) || g.MsgID != ev.ID {
+			t.Errorf("%s: got id %q, Nats-Msg-Id %q, want both %q", ev.Device, ev.ID, g.MsgID, dispatch.LostID(ev.Device, ev.Deadline))
 		}
 		lags = append(lags, time.Duration(ev.FiredAt-ev.Deadline)*time.Millisecond)
-		arrivals = append(arrivals, g.at.Sub(time.UnixMilli(ev.Deadline)))
+		arrivals = append(arrivals, g.At.Sub(time.UnixMilli(ev.Deadline)))
 	}
 	if len(lags) > 0 {
 		t.Logf("fire lag (fired_at - deadline): p50 %v p99 %v; arrival lag: p50 %v p99 %v",
 			percentile(lags, 0.5), percentile(lags, 0.99), percentile(arrivals, 0.5), percentile(arrivals, 0.99))
 	}
-	if msgs, distinct := h.streamLost(); msgs != n || len(distinct) != n {
-		t.Errorf("stream holds %d lost messages with %d distinct ids, want %d and %d", msgs, len(distinct), n, n)
+	if distinct := h.streamLost(); sum(distinct) != n || len(distinct) != n {
+		t.Errorf("stream holds %d lost messages with %d distinct ids, want %d and %d", sum(distinct), len(distinct), n, n)
 	}
 	for i := range 4 {
 		if size, _ := h.store.Size(h.ctx, shard.Deadlines, i); size != 0 {
@@ -388,8 +286,8 @@ func TestFiresOnceNeverEarly(t *testing.T) {
 	if got := h.metric(s, "sigwatch_scanner_lost_total"); got != n {
 		t.Errorf("lost_total = %v, want %d", got, n)
 	}
-	if c := observations(t, reg, "sigwatch_scanner_fire_lag_seconds"); c != n {
-		t.Errorf("fire_lag_seconds holds %d observations, want %d", c, n)
+	if c := h.metric(s, "sigwatch_scanner_fire_lag_seconds"); c != n {
+		t.Errorf("fire_lag_seconds holds %v observations, want %d", c, n)
 	}
 }
 
@@ -411,11 +309,11 @@ func TestResetBetweenClaimAndSettleSurvives(t *testing.T) {
 		}
 	}
 	stop := h.run(s)
-	testenv.WaitFor(t, 5*time.Second, "a recovered event", func() bool { return len(h.events.recoveredEvents()) > 0 })
+	testenv.WaitFor(t, 5*time.Second, "a recovered event", func() bool { return h.recovered.Len() > 0 })
 	stop()
-	checkNoLeak(t)
+	h.checkNoLeak()
 
-	if got := h.events.lostOf("dev"); len(got) != 1 || got[0].Deadline != deadline {
+	if got := h.lost.Bodies(of("dev")); len(got) != 1 || got[0].Deadline != deadline {
 		t.Errorf("got lost events %+v, want one at %d", got, deadline)
 	}
 	if sc, ok := h.score("dev"); !ok || sc != reset {
@@ -423,7 +321,7 @@ func TestResetBetweenClaimAndSettleSurvives(t *testing.T) {
 	}
 	want := dispatch.Recovered{ID: dispatch.RecoveredID("dev", deadline), Device: "dev", LostAt: deadline,
 		RecoveredAt: reset - threshold.Milliseconds()}
-	if got := h.events.recoveredEvents(); len(got) != 1 || got[0] != want {
+	if got := h.recovered.Bodies(nil); len(got) != 1 || got[0] != want {
 		t.Errorf("got recovered %+v, want [%+v]", got, want)
 	}
 	devs, _ := h.store.Devices(h.ctx, []string{"dev"})
@@ -472,18 +370,17 @@ func TestStolenLeaseChangesNothing(t *testing.T) {
 	// A new due entry: the old owner must not claim it.
 	late := time.Now().Add(-10 * time.Millisecond).UnixMilli()
 	h.add(shard.Entry{ID: "late", Deadline: late})
-	time.Sleep(300 * time.Millisecond) // Several polls and rebalances.
+	testenv.Never(t, 300*time.Millisecond, "late fired by a scanner without the lease", func() bool { // several polls and rebalances
+		return len(h.lost.Bodies(of("late"))) > 0
+	})
 	stop()
-	checkNoLeak(t)
+	h.checkNoLeak()
 
 	if sc, ok := h.score("first"); !ok || sc != first {
 		t.Errorf("first: got score %d (present %v), want %d: a fenced settle removed it", sc, ok, first)
 	}
 	if sc, ok := h.score("late"); !ok || sc != late {
 		t.Errorf("late: got score %d (present %v), want %d", sc, ok, late)
-	}
-	if got := h.events.lostOf("late"); len(got) != 0 {
-		t.Errorf("late fired %d times by a scanner without the lease, want 0", len(got))
 	}
 	if got := h.metric(s, "sigwatch_scanner_lease_lost_total"); got != 1 {
 		t.Errorf("lease_lost_total = %v, want 1", got)
@@ -519,7 +416,7 @@ func TestTwoReplicasSplitAndTakeOver(t *testing.T) {
 	t.Logf("split: a %v, b %v", a.Owned(), b.Owned())
 
 	// Stop b while deadlines are firing.
-	testenv.WaitFor(t, 5*time.Second, "firing to be under way", func() bool { return len(h.events.lostEvents()) > n/4 })
+	testenv.WaitFor(t, 5*time.Second, "firing to be under way", func() bool { return h.lost.Len() > n/4 })
 	stopped := time.Now()
 	stopB()
 	bound := a.opts.LeaseTTL + a.opts.Rebalance
@@ -527,23 +424,22 @@ func TestTwoReplicasSplitAndTakeOver(t *testing.T) {
 	t.Logf("a owned all shards %v after b was told to stop", time.Since(stopped).Round(time.Millisecond))
 
 	testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("%d distinct lost ids in the stream", n), func() bool {
-		_, distinct := h.streamLost()
-		return len(distinct) >= n
+		return len(h.streamLost()) >= n
 	})
-	time.Sleep(100 * time.Millisecond)
+	testenv.Never(t, 100*time.Millisecond, "a lost event beyond one per deadline", func() bool { return len(h.lost.MsgIDs()) > n })
 	stopA()
-	checkNoLeak(t)
+	h.checkNoLeak()
 
-	msgs, distinct := h.streamLost()
-	if msgs != n || len(distinct) != n {
-		t.Errorf("stream holds %d lost messages with %d distinct ids, want %d and %d", msgs, len(distinct), n, n)
+	distinct := h.streamLost()
+	if sum(distinct) != n || len(distinct) != n {
+		t.Errorf("stream holds %d lost messages with %d distinct ids, want %d and %d", sum(distinct), len(distinct), n, n)
 	}
 	for _, e := range es {
 		if distinct[dispatch.LostID(e.ID, e.Deadline)] != 1 {
 			t.Errorf("%s: %d stream messages for its deadline, want 1", e.ID, distinct[dispatch.LostID(e.ID, e.Deadline)])
 		}
 	}
-	t.Logf("core subscription saw %d lost messages", len(h.events.lostEvents()))
+	t.Logf("core subscription saw %d lost messages", h.lost.Len())
 	live, _ := h.store.Heartbeat(h.ctx, "probe", time.Now(), time.Millisecond)
 	if slices.Contains(live, "a") || slices.Contains(live, "b") {
 		t.Errorf("live replicas %v after both stopped, want a and b gone", live)
@@ -578,11 +474,11 @@ func TestDeadReplicaShardsTakenOver(t *testing.T) {
 
 	testenv.WaitFor(t, ttl+2*a.opts.Rebalance+200*time.Millisecond, "a to own all 16 shards", func() bool { return len(a.Owned()) == 16 })
 	t.Logf("took over the dead replica's shards %v after its last heartbeat", time.Since(died).Round(time.Millisecond))
-	testenv.WaitFor(t, 5*time.Second, "every expiry to fire", func() bool { return len(h.events.lostEvents()) >= len(es) })
+	testenv.WaitFor(t, 5*time.Second, "every expiry to fire", func() bool { return h.lost.Len() >= len(es) })
 	stop()
-	checkNoLeak(t)
-	if msgs, distinct := h.streamLost(); msgs != len(es) || len(distinct) != len(es) {
-		t.Errorf("stream holds %d lost messages with %d distinct ids, want %d and %d", msgs, len(distinct), len(es), len(es))
+	h.checkNoLeak()
+	if distinct := h.streamLost(); sum(distinct) != len(es) || len(distinct) != len(es) {
+		t.Errorf("stream holds %d lost messages with %d distinct ids, want %d and %d", sum(distinct), len(distinct), len(es), len(es))
 	}
 }
 
@@ -601,16 +497,11 @@ func TestOutageDefersInsteadOfFiring(t *testing.T) {
 	s, _ := h.scanner("a", nil)
 	stop := h.run(s)
 
-	testenv.WaitFor(t, 3*time.Second, "the device due before the watermark to fire", func() bool { return len(h.events.lostOf("before")) == 1 })
+	testenv.WaitFor(t, 3*time.Second, "the device due before the watermark to fire", func() bool { return len(h.lost.Bodies(of("before"))) == 1 })
 	// The watermark stalls at t0 while the clock passes b's and c's deadlines.
-	for time.Now().UnixMilli() < t0+800 {
-		time.Sleep(10 * time.Millisecond)
-	}
-	for _, id := range []string{"b", "c"} {
-		if got := h.events.lostOf(id); len(got) != 0 {
-			t.Errorf("%s fired past the stalled watermark: %+v", id, got)
-		}
-	}
+	testenv.Never(t, time.Until(time.UnixMilli(t0+800)), "b or c fired past the stalled watermark", func() bool {
+		return len(h.lost.Bodies(of("b")))+len(h.lost.Bodies(of("c"))) > 0
+	})
 
 	// Ingest comes back: the watermark jumps and the gap becomes an outage.
 	t1 := time.Now().UnixMilli()
@@ -628,9 +519,9 @@ func TestOutageDefersInsteadOfFiring(t *testing.T) {
 		sc, _ := h.score("c")
 		return sb == wantDeferred && sc == wantDeferred
 	})
-	testenv.WaitFor(t, 3*time.Second, "e to fire", func() bool { return len(h.events.lostOf("e")) == 1 })
+	testenv.WaitFor(t, 3*time.Second, "e to fire", func() bool { return len(h.lost.Bodies(of("e"))) == 1 })
 	for _, id := range []string{"b", "c"} {
-		if got := h.events.lostOf(id); len(got) != 0 {
+		if got := h.lost.Bodies(of(id)); len(got) != 0 {
 			t.Errorf("%s fired although its silence overlapped the outage: %+v", id, got)
 		}
 	}
@@ -641,12 +532,12 @@ func TestOutageDefersInsteadOfFiring(t *testing.T) {
 	// Still silent a threshold after the outage: now they are lost.
 	h.advanceWatermark()
 	testenv.WaitFor(t, 5*time.Second, "b and c to fire after the deferral", func() bool {
-		return len(h.events.lostOf("b")) == 1 && len(h.events.lostOf("c")) == 1
+		return len(h.lost.Bodies(of("b"))) == 1 && len(h.lost.Bodies(of("c"))) == 1
 	})
 	stop()
-	checkNoLeak(t)
+	h.checkNoLeak()
 	for _, id := range []string{"b", "c"} {
-		ev := h.events.lostOf(id)[0]
+		ev := h.lost.Bodies(of(id))[0]
 		if ev.Deadline != wantDeferred || ev.LastSeen != t1 || ev.FiredAt < wantDeferred {
 			t.Errorf("%s: got deadline %d last_seen %d fired_at %d, want %d, %d and not before the deadline",
 				id, ev.Deadline, ev.LastSeen, ev.FiredAt, wantDeferred, t1)
@@ -669,19 +560,16 @@ func TestWatermarkWakesWaitingShard(t *testing.T) {
 	s, _ := h.scanner("a", func(o *Options) { o.Poll = time.Minute })
 	stop := h.run(s)
 	testenv.WaitFor(t, 3*time.Second, "the scanner to own the shard", func() bool { return len(s.Owned()) == 1 })
-	for time.Now().UnixMilli() < t0+300 {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if got := h.events.lostOf("w"); len(got) != 0 {
-		t.Fatalf("w fired past the stalled watermark: %+v", got)
-	}
+	testenv.Never(t, time.Until(time.UnixMilli(t0+300)), "w fired past the stalled watermark", func() bool {
+		return len(h.lost.Bodies(of("w"))) > 0
+	})
 	wm := time.Now().UnixMilli()
 	if _, err := h.store.AdvanceWatermark(h.ctx, wm, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 5*time.Second, "w to fire once the watermark passed it", func() bool { return len(h.events.lostOf("w")) == 1 })
+	testenv.WaitFor(t, 5*time.Second, "w to fire once the watermark passed it", func() bool { return len(h.lost.Bodies(of("w"))) == 1 })
 	stop()
-	checkNoLeak(t)
+	h.checkNoLeak()
 }
 
 // TestNoWatermarkFiresNothing proves invariant 6 before ingest ever ran:
@@ -693,10 +581,7 @@ func TestNoWatermarkFiresNothing(t *testing.T) {
 	s, _ := h.scanner("a", nil)
 	stop := h.run(s)
 	testenv.WaitFor(t, 3*time.Second, "the scanner to own both shards", func() bool { return len(s.Owned()) == 2 })
-	time.Sleep(300 * time.Millisecond) // Many polls.
-	if got := h.events.lostEvents(); len(got) != 0 {
-		t.Errorf("got %d lost events with no watermark, want 0", len(got))
-	}
+	testenv.Never(t, 300*time.Millisecond, "a lost event with no watermark", func() bool { return h.lost.Len() > 0 }) // many polls
 	for _, id := range []string{"x", "y"} {
 		if _, ok := h.score(id); !ok {
 			t.Errorf("%s removed with no watermark, want kept", id)
@@ -704,9 +589,9 @@ func TestNoWatermarkFiresNothing(t *testing.T) {
 	}
 	// The scanner was alive all along: once ingest runs, both fire.
 	h.advanceWatermark()
-	testenv.WaitFor(t, 3*time.Second, "both to fire once a watermark exists", func() bool { return len(h.events.lostEvents()) == 2 })
+	testenv.WaitFor(t, 3*time.Second, "both to fire once a watermark exists", func() bool { return h.lost.Len() == 2 })
 	stop()
-	checkNoLeak(t)
+	h.checkNoLeak()
 }
 
 // TestNATSOutageLosesNothing proves invariants 2 and 3 across a NATS outage:
@@ -738,15 +623,14 @@ func TestNATSOutageLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 10*time.Second, "every expiry in the stream and out of its shard", func() bool {
-		_, distinct := h.streamLost()
 		s0, _ := h.store.Size(h.ctx, shard.Deadlines, 0)
 		s1, _ := h.store.Size(h.ctx, shard.Deadlines, 1)
-		return len(distinct) == n && s0+s1 == 0
+		return len(h.streamLost()) == n && s0+s1 == 0
 	})
 	stop()
-	checkNoLeak(t)
-	if msgs, distinct := h.streamLost(); msgs != n || len(distinct) != n {
-		t.Errorf("stream holds %d lost messages with %d distinct ids, want %d and %d", msgs, len(distinct), n, n)
+	h.checkNoLeak()
+	if distinct := h.streamLost(); sum(distinct) != n || len(distinct) != n {
+		t.Errorf("stream holds %d lost messages with %d distinct ids, want %d and %d", sum(distinct), len(distinct), n, n)
 	}
 	t.Logf("publish errors during the outage: %v", h.metric(s, "sigwatch_scanner_publish_errors_total"))
 }

@@ -151,8 +151,13 @@ func TestRecordersKeepWhatArrives(t *testing.T) {
 // passes once it has stopped or when it is left out.
 func TestVerifyNoneSeesALeak(t *testing.T) {
 	env := testenv.New(t, testenv.Options{NATS: true})
-	_ = env.Conn(t) // a client the test owns: background, not a leak
+	nc := env.Conn(t) // a client the test owns: background, not a leak
 	before := testenv.IgnoreCurrent()
+	// Nor is the goroutine a subscription made since starts, though its stack spells the package
+	// github.com/nats-io/nats%2ego.
+	if _, err := nc.Subscribe("x", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() { defer close(done); leaky(stop) }()
@@ -211,6 +216,12 @@ func TestMetricReads(t *testing.T) {
 		if got := read("h_seconds"); got != 2 {
 			t.Errorf("%s h_seconds = %v observations, want 2", name, got)
 		}
+	}
+	if got := testenv.Series(t, reg, "g", "state"); len(got) != 2 || got["raised"] != 2 || got["acked"] != 5 {
+		t.Errorf("Series(g, state) = %v, want raised 2, acked 5", got)
+	}
+	if got := testenv.Series(t, reg, "absent_total", "state"); len(got) != 0 {
+		t.Errorf("Series of a metric not there = %v, want empty", got)
 	}
 	r := &fakeT{TB: t}
 	testenv.Gathered(r, reg, "g")

@@ -138,3 +138,33 @@ func hasLabels(m *dto.Metric, pairs []string) bool {
 	}
 	return true
 }
+
+// Series returns the value of each series of the metric name in g by the value of its label, as
+// Gathered reads one: for a vector whose series appear as they are first used. A series not
+// there yet is absent from the map, which reads as 0; so is a metric g does not have yet.
+func Series(t testing.TB, g prometheus.Gatherer, name, label string) map[string]float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatalf("testenv: gather: %v", err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() != label {
+					continue
+				}
+				v, err := valueOf([]*dto.MetricFamily{{Name: mf.Name, Type: mf.Type, Metric: []*dto.Metric{m}}}, name, nil)
+				if err != nil {
+					t.Fatalf("testenv: %v", err)
+				}
+				out[l.GetValue()] += v
+			}
+		}
+	}
+	return out
+}

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/sigwatch/sigwatch/internal/testenv"
 	"github.com/sigwatch/sigwatch/shard"
 )
@@ -28,14 +26,8 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	env := testenv.New(t, testenv.Options{})
 	ctx := context.Background()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{env.Redis.Addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	store := shard.NewStore(c, shard.NewKeys("sw"))
+	store := testenv.New(t, testenv.Options{}).Store(t, "sw")
 	topo, err := shard.NewWatcher(ctx, store, 1, time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +68,7 @@ func (h *harness) runUntil(hd Handler, mod func(*Options), what string, cond fun
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	before := testenv.IgnoreCurrent()
 	ctx, cancel := context.WithCancel(h.ctx)
 	defer cancel()
 	ran := make(chan error, 1)
@@ -85,7 +78,7 @@ func (h *harness) runUntil(hd Handler, mod func(*Options), what string, cond fun
 	if err := <-ran; err != nil {
 		h.t.Errorf("Run returned %v, want nil", err)
 	}
-	testenv.CheckNoLeak(h.t, 2*time.Second, "sigwatch/shard/queue.")
+	testenv.VerifyNone(h.t, before)
 }
 
 // handler is a test Handler: fire decides each batch; revived records what
