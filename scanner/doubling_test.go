@@ -37,6 +37,10 @@ type fleetLoad struct {
 	silent  map[string]bool
 	last    map[string]int64 // the latest deadline written for each device
 	stopped bool
+	// round is read-held by a round of writes from the moment it picks its
+	// devices until they are stored, so silenced can wait for a round that
+	// picked a device just before it went silent.
+	round sync.RWMutex
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -141,6 +145,7 @@ func (l *fleetLoad) write(ctx context.Context, ws []*shard.Writer) {
 	for ctx.Err() == nil {
 		dl := time.Now().Add(loadThreshold).UnixMilli() / 50 * 50
 		parts := make([][]shard.Entry, len(ws))
+		l.round.RLock()
 		l.mu.Lock()
 		for _, id := range l.ids {
 			if !l.silent[id] {
@@ -166,6 +171,7 @@ func (l *fleetLoad) write(ctx context.Context, ws []*shard.Writer) {
 			})
 		}
 		wg.Wait()
+		l.round.RUnlock()
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Duration(50+rng.IntN(50)) * time.Millisecond):
@@ -213,8 +219,11 @@ func (l *fleetLoad) written() map[string]int64 {
 }
 
 // silenced returns the silenced devices and the last deadline written for
-// each.
+// each. It waits for a round of writes in flight: one that picked a device
+// before it went silent stores that device's last deadline.
 func (l *fleetLoad) silenced() map[string]int64 {
+	l.round.Lock()
+	defer l.round.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := make(map[string]int64, len(l.silent))
