@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -91,27 +90,14 @@ func (a *App) validID(id string) error { return ingest.CheckID(id, a.cfg.Ingest.
 // (Redis, NATS) is not answering.
 func errStatus(err error) int {
 	switch {
-	case errors.Is(err, errBadRequest), errors.Is(err, alarm.ErrBadMute):
+	case errors.Is(err, ingest.ErrEmptyID), errors.Is(err, ingest.ErrIDTooLong), errors.Is(err, ingest.ErrBadID),
+		errors.Is(err, alarm.ErrBadMute):
 		return http.StatusBadRequest
-	case errors.Is(err, errNotFound):
-		return http.StatusNotFound
 	case errors.Is(err, alarm.ErrNoAlarm), errors.Is(err, shard.ErrDraining):
 		return http.StatusConflict
 	}
 	return http.StatusServiceUnavailable
 }
 
-var (
-	errBadRequest = errors.New("bad request")
-	errNotFound   = errors.New("not found")
-)
-
-// writeErr answers err with its status; the message is err's own, without
-// the class it was wrapped in.
-func writeErr(w http.ResponseWriter, err error) {
-	msg := err.Error()
-	for _, class := range []error{errBadRequest, errNotFound} {
-		msg = strings.TrimPrefix(msg, class.Error()+": ")
-	}
-	writeError(w, errStatus(err), msg)
-}
+// writeErr answers err with the status errStatus gives it.
+func writeErr(w http.ResponseWriter, err error) { writeError(w, errStatus(err), err.Error()) }
