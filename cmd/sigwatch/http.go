@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -83,7 +84,13 @@ func (a *App) readyz(w http.ResponseWriter, r *http.Request) {
 
 // validID refuses ids ingest would refuse, with the one check MQTT and
 // HTTP share, so the API cannot create devices MQTT never could.
-func (a *App) validID(id string) error { return ingest.CheckID(id, a.cfg.Ingest.MaxIDLen) }
+func (a *App) validID(id string) error {
+	err := ingest.CheckID(id, a.cfg.Ingest.MaxIDLen)
+	if errors.Is(err, ingest.ErrIDTooLong) {
+		return fmt.Errorf("%w: %d bytes, the limit is %d (ingest.max_id_len)", err, len(id), a.cfg.Ingest.MaxIDLen)
+	}
+	return err
+}
 
 // errStatus is the one mapping of domain errors to HTTP status codes: a
 // refusal the caller can act on is 4xx, anything else means a dependency
