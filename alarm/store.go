@@ -52,7 +52,7 @@ func (a *Alarms) cas(ctx context.Context, id string, old stored, next State) (st
 // shard and, while a doubling drains, its shard before (0: not watched).
 func (a *Alarms) current(ctx context.Context, id string) (int64, error) {
 	var best int64
-	for _, i := range locate(a.topo.Current(), id) {
+	for _, i := range a.topo.Current().Locate(id) {
 		d, ok, err := a.store.Score(ctx, shard.Deadlines, i, id)
 		if err != nil {
 			return 0, fmt.Errorf("alarm: deadline of %s: %w", id, err)
@@ -62,18 +62,6 @@ func (a *Alarms) current(ctx context.Context, id string) (int64, error) {
 		}
 	}
 	return best, nil
-}
-
-// locate returns the shards that may hold id under t: its shard and, while
-// a doubling drains, its shard before.
-func locate(t shard.Topology, id string) []int {
-	cur := shard.Of(id, t.Shards)
-	if t.Prev != 0 {
-		if old := shard.Of(id, t.Prev); old != cur {
-			return []int{cur, old}
-		}
-	}
-	return []int{cur}
 }
 
 // armSkew is how far the clocks of two sigwatch hosts may disagree: a timer
@@ -91,7 +79,7 @@ const armSkew = time.Second
 // state needs except by replacing one that is due now.
 func (a *Alarms) arm(ctx context.Context, id string, at int64, now time.Time) error {
 	horizon := now.Add(armSkew).UnixMilli()
-	for j, i := range locate(a.rtopo.Current(), id) {
+	for j, i := range a.rtopo.Current().Locate(id) {
 		if _, _, err := a.timers.Arm(ctx, shard.Repeats, i, id, at, horizon, j == 0); err != nil {
 			return fmt.Errorf("alarm: arm timer of %s: %w", id, err)
 		}

@@ -37,23 +37,11 @@ func NewDevices(store *Store, topo *Watcher, thr *Thresholds) *Devices {
 	return &Devices{store: store, topo: topo, thr: thr}
 }
 
-// locate returns the shards that may hold id: its shard now and, while a
-// doubling drains, its shard before it.
-func locate(t Topology, id string) []int {
-	cur := Of(id, t.Shards)
-	if t.Prev != 0 {
-		if old := Of(id, t.Prev); old != cur {
-			return []int{cur, old}
-		}
-	}
-	return []int{cur}
-}
-
 // Get reads the device id. Its deadline is the later of its scores in its
 // shard and, while a doubling drains, its shard before it.
 func (d *Devices) Get(ctx context.Context, id string) (DeviceView, error) {
 	v := DeviceView{Device: id}
-	for j, i := range locate(d.topo.Current(), id) {
+	for j, i := range d.topo.Current().Locate(id) {
 		dl, ok, err := d.store.Score(ctx, Deadlines, i, id)
 		if err != nil {
 			return v, err
@@ -83,7 +71,7 @@ func (d *Devices) Get(ctx context.Context, id string) (DeviceView, error) {
 // that may hold it, its registry entry, lost mark and threshold override.
 // removed says whether it was watched.
 func (d *Devices) Remove(ctx context.Context, id string) (removed bool, err error) {
-	for _, i := range locate(d.topo.Current(), id) {
+	for _, i := range d.topo.Current().Locate(id) {
 		ok, err := d.store.Remove(ctx, Deadlines, i, id)
 		if err != nil {
 			return removed, err

@@ -25,6 +25,18 @@ type Topology struct {
 // Draining reports whether a doubling is still draining.
 func (t Topology) Draining() bool { return t.Prev != 0 }
 
+// Locate returns the shards that may hold id: its shard and, while a
+// doubling drains, its shard before it.
+func (t Topology) Locate(id string) []int {
+	cur := Of(id, t.Shards)
+	if t.Prev != 0 {
+		if old := Of(id, t.Prev); old != cur {
+			return []int{cur, old}
+		}
+	}
+	return []int{cur}
+}
+
 // InitTopology creates the topology with initial shards if none exists and
 // returns the topology in force.
 func (s *Store) InitTopology(ctx context.Context, initial int) (Topology, error) {
