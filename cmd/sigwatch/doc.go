@@ -17,7 +17,7 @@
 //     group.go runs them as an ordered group that stops in reverse.
 //   - http.go: routes, the bearer token, the one error-to-status mapping;
 //     devices.go, alarms.go, shards.go: the handlers and commands of each
-//     resource; shardstatus.go: the shard view of GET /v1/shards.
+//     resource.
 //   - admin.go: the commands that talk to a running sigwatch's API;
 //     simulate.go: a simulated fleet; demo.go: the demo (build tag demo).
 package main
