@@ -14,10 +14,13 @@ import (
 )
 
 // deadLetters is the stage that forwards input ingest refused to the
-// dead-letter subject (DESIGN.md invariant 7) and acks it. Its input is a
-// bounded queue that never makes the source wait: when it is full, a
-// refused message is acked unforwarded. The source is its only sender and
-// ends the input with close.
+// dead-letter subject (DESIGN.md invariant 7). A refused message is acked
+// at once and only a copy of what the event needs is queued: bad input
+// never holds a slot of the broker's in-flight window, which good input
+// needs, however long NATS is down. Forwarding is best effort: the queue
+// is bounded and, when full, drops its oldest refusal (counted in
+// invalid_unforwarded_total, logged at a limited rate). The source is its
+// only sender and ends the input with close.
 type deadLetters struct {
 	pub    *dispatch.Publisher // nil: refusals are counted and logged only
 	log    *slog.Logger
@@ -32,12 +35,12 @@ type deadLetters struct {
 }
 
 // refusal is a message ingest could not use, on its way to the dead-letter
-// subject.
+// subject. It holds copies: the message itself is acked already.
 type refusal struct {
-	reason string
-	topic  string
-	msg    mqtt.Message
-	at     int64 // unix ms
+	reason  string
+	topic   string
+	payload []byte // at most dispatch.MaxInvalidPayload+1 bytes, so truncation still shows
+	at      int64  // unix ms
 }
 
 // invalidBatch bounds refusals published together.
@@ -53,27 +56,39 @@ func newDeadLetters(pub *dispatch.Publisher, m *metrics, log *slog.Logger) *dead
 	}
 }
 
-// refuse counts, logs (at a limited rate) and queues a message for the
-// dead-letter subject; run acks it once published. It never waits: when
-// the queue is full the message is acked unforwarded.
+// refuse counts, logs (at a limited rate) and acks a message, and queues a
+// copy for the dead-letter subject. It never waits: when the queue is full
+// the oldest refusal in it is dropped.
 func (d *deadLetters) refuse(err error, topic string, m mqtt.Message, now time.Time) {
 	reason := reasonOf(err)
 	d.m.invalid[reason].Inc()
 	d.logLim.Warn(d.log, "refused", "refused invalid message", "reason", reason, "topic", topic, "err", err)
+	p := m.Payload()
+	r := refusal{reason: reason, topic: topic, payload: append([]byte(nil), p[:min(len(p), dispatch.MaxInvalidPayload+1)]...), at: now.UnixMilli()}
+	m.Ack()
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.closed {
-		return // unacked: delivered again to the next session
-	}
-	select {
-	case d.queue <- refusal{reason: reason, topic: topic, msg: m, at: now.UnixMilli()}:
-	default:
 		d.m.unforwarded.Inc()
-		m.Ack()
+		return
+	}
+	for {
+		select {
+		case d.queue <- r:
+			return
+		default:
+		}
+		select {
+		case <-d.queue:
+			d.m.unforwarded.Inc()
+			d.logLim.Warn(d.log, "unforwarded", "dead-letter queue full; dropping the oldest refusal (is NATS reachable?)")
+		default:
+		}
 	}
 }
 
-// close ends the input; refusals after it are left unacked.
+// close ends the input; refusals after it are acked and counted, not
+// forwarded.
 func (d *deadLetters) close() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -81,8 +96,7 @@ func (d *deadLetters) close() {
 	close(d.queue)
 }
 
-// run publishes refusals to the dead-letter subject, in batches, and acks
-// them, until the queue is closed and drained. ctx bounds the publishes.
+// run publishes refusals to the dead-letter subject, in batches, until the queue is closed and drained. ctx bounds the publishes.
 func (d *deadLetters) run(ctx context.Context) {
 	batch := make([]refusal, 0, invalidBatch)
 	for r := range d.queue {
@@ -107,7 +121,7 @@ func (d *deadLetters) forward(ctx context.Context, batch []refusal) {
 	if d.pub != nil {
 		msgs := make([]dispatch.Message, 0, len(batch))
 		for _, r := range batch {
-			ev := dispatch.NewInvalid(nuid.Next(), r.reason, r.topic, r.msg.Payload(), r.at)
+			ev := dispatch.NewInvalid(nuid.Next(), r.reason, r.topic, r.payload, r.at)
 			msg, err := dispatch.Encode(d.pub.Subjects().Invalid(), ev.ID, ev)
 			if err != nil {
 				d.log.Error("encode invalid event", "err", err)
@@ -126,8 +140,5 @@ func (d *deadLetters) forward(ctx context.Context, batch []refusal) {
 			d.m.unforwarded.Add(float64(failed))
 			d.log.Error("invalid messages not forwarded to the dead-letter subject", "count", failed, "err", last)
 		}
-	}
-	for _, r := range batch {
-		r.msg.Ack()
 	}
 }

@@ -83,9 +83,10 @@ const (
 	// in flight to be stored; what is not stored by then is not acked, so
 	// the broker delivers it again to the next session.
 	drainTimeout = 5 * time.Second
-	// invalidQueue bounds refused messages waiting for the dead-letter
-	// publish. When it is full they are acked without being forwarded, so
-	// a flood of bad input or a NATS outage never holds up good devices.
+	// invalidQueue bounds refusals waiting for the dead-letter publish
+	// (copies: the messages are acked at once). When it is full the
+	// oldest is dropped, so a flood of bad input or a NATS outage never
+	// holds up good devices nor grows memory.
 	invalidQueue = 1024
 	// reconnectMax caps paho's reconnect back-off.
 	reconnectMax = 2 * time.Second
