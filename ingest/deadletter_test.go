@@ -101,13 +101,20 @@ func testBadInputDuringNATSOutage(t *testing.T, broker string) {
 	if worst > staleMax {
 		t.Errorf("good devices' deadlines were up to %v stale during the NATS outage, want at most %v", worst, staleMax)
 	}
-	if n := testutil.ToFloat64(run.m.invalid["empty_id"]); n != 2000 {
-		t.Errorf("invalid_total{reason=empty_id} = %v by the end of the outage, want 2000", n)
+	// The NATS MQTT listener parks what it cannot fit in a session's window
+	// for its ack wait (30 s) even when ingest acks at once: there, more
+	// than refusals could ever hold shows that they hold nothing.
+	want := 2000.0
+	if broker != "mosquitto" {
+		want = invalidQueue + invalidBatch + 1
+	}
+	if n := testutil.ToFloat64(run.m.invalid["empty_id"]); n < want {
+		t.Errorf("invalid_total{reason=empty_id} = %v by the end of the outage, want at least %v", n, want)
 	}
 
 	// What the bounded queue could not hold is counted, not kept.
-	if n := testutil.ToFloat64(run.m.unforwarded); n < 2000-invalidQueue-invalidBatch {
-		t.Errorf("invalid_unforwarded_total = %v, want at least %d", n, 2000-invalidQueue-invalidBatch)
+	if n, got := testutil.ToFloat64(run.m.unforwarded), testutil.ToFloat64(run.m.invalid["empty_id"]); n < got-invalidQueue-invalidBatch {
+		t.Errorf("invalid_unforwarded_total = %v, want at least %v", n, got-invalidQueue-invalidBatch)
 	}
 	if err := r.env.NATS.Restart(); err != nil {
 		t.Fatal(err)
