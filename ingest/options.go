@@ -51,8 +51,14 @@ type Options struct {
 	MaxInFlight   int           // signals received but not yet stored and acked, default 8192
 
 	ProbeInterval time.Duration // watermark probe period, default DefaultProbeInterval
-	ProbeTopic    string        // default "sigwatch/probe/<ClientID>"
-	OutageAfter   time.Duration // a watermark gap larger than this is an outage, default 3s
+	// ProbeTopic is where this member sends its watermark probes. The
+	// default rides the signals' subscription when it can (one filter
+	// whose id level is a '+', no SharedGroup): ProbeTopicUnder(Topics[0],
+	// IDLevel, ClientID); otherwise "sigwatch/probe/<ClientID>", which is
+	// sound only on a broker that keeps one order across a session's
+	// subscriptions (Mosquitto does; the NATS MQTT listener does not).
+	ProbeTopic  string
+	OutageAfter time.Duration // a watermark gap larger than this is an outage, default 3s
 	// MemberTimeout is how long a member that stopped probing (it died)
 	// holds its shared group's watermark back, default 10s.
 	MemberTimeout time.Duration
@@ -126,7 +132,14 @@ func (o *Options) defaults() error {
 	o.ProbeInterval = cmp.Or(max(o.ProbeInterval, 0), c.ProbeInterval)
 	o.OutageAfter = cmp.Or(max(o.OutageAfter, 0), c.OutageAfter)
 	o.MemberTimeout = cmp.Or(max(o.MemberTimeout, 0), c.MemberTimeout)
-	o.ProbeTopic = cmp.Or(o.ProbeTopic, "sigwatch/probe/"+o.ClientID)
+	if o.ProbeTopic == "" {
+		o.ProbeTopic = "sigwatch/probe/" + o.ClientID
+		if len(o.Topics) == 1 && o.SharedGroup == "" && !strings.ContainsAny(o.ClientID, "/+#") {
+			if t, err := ProbeTopicUnder(o.Topics[0], o.IDLevel, o.ClientID); err == nil {
+				o.ProbeTopic = t
+			}
+		}
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -145,4 +158,56 @@ func (o *Options) defaults() error {
 		return fmt.Errorf("ingest: options: %w", err)
 	}
 	return nil
+}
+
+// ProbeIDPrefix starts the device id of a probe that rides a signal
+// subscription (ProbeTopicUnder). Such ids are never devices: a member
+// ignores other members' probes.
+const ProbeIDPrefix = "$sigwatch-probe-"
+
+// ProbeTopicUnder returns a probe topic that filter matches, with the id
+// level (idLevel, a '+' in filter) holding ProbeIDPrefix+clientID. A probe
+// on it travels on the signals' own subscription, so a broker that delivers
+// each subscription on its own (the NATS MQTT listener: one JetStream
+// consumer each, parking what does not fit a session's window) still
+// cannot let it overtake a signal it had before.
+func ProbeTopicUnder(filter string, idLevel int, clientID string) (string, error) {
+	levels := strings.Split(filter, "/")
+	if idLevel >= len(levels) || levels[idLevel] != "+" {
+		return "", fmt.Errorf("ingest: probe topic under %q: the id level %d is not a '+'", filter, idLevel)
+	}
+	for j, l := range levels {
+		switch {
+		case j == idLevel:
+			levels[j] = ProbeIDPrefix + clientID
+		case l == "+" || l == "#":
+			levels[j] = "probe"
+		}
+	}
+	return strings.Join(levels, "/"), nil
+}
+
+// probeInband reports whether one of the signal filters matches the probe
+// topic: the probe then rides that subscription and needs none of its own.
+func (o *Options) probeInband() bool {
+	for _, f := range o.Topics {
+		if o.SharedGroup == "" && topicMatches(f, o.ProbeTopic) {
+			return true
+		}
+	}
+	return false
+}
+
+// topicMatches reports whether the MQTT filter matches topic.
+func topicMatches(filter, topic string) bool {
+	fs, ts := strings.Split(filter, "/"), strings.Split(topic, "/")
+	for j, f := range fs {
+		if f == "#" {
+			return true
+		}
+		if j >= len(ts) || (f != "+" && f != ts[j]) {
+			return false
+		}
+	}
+	return len(fs) == len(ts)
 }

@@ -165,8 +165,11 @@ func (s *source) onConnect(c mqtt.Client) {
 		filters[f] = *s.opts.QoS
 	}
 	// The probe topic is never shared: a probe must come back to the
-	// instance that sent it.
-	filters[s.opts.ProbeTopic] = 1
+	// instance that sent it. A probe under a signal filter rides that
+	// subscription, in order with the signals, on any broker.
+	if !s.opts.probeInband() {
+		filters[s.opts.ProbeTopic] = 1
+	}
 	tok := c.SubscribeMultiple(filters, nil)
 	if !tok.WaitTimeout(subscribeWait) {
 		s.log.Error("subscribe timed out; watermark held until the next connection", "filters", keys(filters))
@@ -255,6 +258,10 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 	}
 	now := s.opts.Now()
 	id, typ, err := ParseTopic(topic, s.opts.IDLevel, s.opts.TypeLevel, s.opts.MaxIDLen)
+	if err == nil && strings.HasPrefix(id, ProbeIDPrefix) {
+		m.Ack() // another member's probe (ProbeTopicUnder), not a device
+		return
+	}
 	at := now
 	if err == nil && s.opts.TimestampMode == TimestampPayload {
 		var ts time.Time
