@@ -1,14 +1,17 @@
 package ingest
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sigwatch/sigwatch/internal/testenv"
+	"github.com/sigwatch/sigwatch/shard"
 )
 
 // sharedMember is one clean-session member of a shared subscription group,
@@ -160,4 +163,94 @@ func TestSharedMemberLeaving(t *testing.T) {
 			t.Errorf("the members received %d distinct messages, want %d", got, 3*n)
 		}
 	})
+}
+
+// TestStoppingMemberHandsOver stops one of two members of a shared group
+// while signals stream in: every signal the broker accepted is stored (the
+// stopping member stores what was routed to it before it leaves, and the
+// broker routes the rest to the other), and the member leaves the group's
+// watermark only then (invariant 6).
+func TestStoppingMemberHandsOver(t *testing.T) {
+	r := newRig(t, testenv.Options{Mosquitto: true})
+	a := r.start(t, Options{ClientID: "member-a", SharedGroup: "g"})
+	r.start(t, Options{ClientID: "member-b", SharedGroup: "g"})
+	dev := device(t, r.env.Mosquitto.URL)
+
+	const n = 3000
+	toks := make([]mqtt.Token, 0, n)
+	for j := range n {
+		toks = append(toks, dev.Publish(fmt.Sprintf("devices/h%d/signal", j), 1, false, []byte{}))
+		if j == n/3 {
+			go a.cancel()
+		}
+	}
+	for _, tok := range toks {
+		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+	}
+	a.stop(t)
+	if got := testutil.ToFloat64(a.m.signals); got == 0 {
+		t.Fatalf("the stopping member stored no signal; the test proves nothing")
+	}
+	missing := func() []string {
+		var out []string
+		for j := range n {
+			if _, ok := r.deadline(t, fmt.Sprintf("h%d", j)); !ok {
+				out = append(out, fmt.Sprintf("h%d", j))
+			}
+		}
+		return out
+	}
+	m := missing()
+	for end := time.Now().Add(5 * time.Second); len(m) > 0 && time.Now().Before(end); m = missing() {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(m) > 0 {
+		t.Errorf("%d of %d signals never stored, e.g. %v", len(m), n, m[:min(5, len(m))])
+	}
+	ms, err := r.store.Members(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ms["g|member-a"]; ok {
+		t.Errorf("members after a handed over = %v, want a gone", ms)
+	}
+}
+
+// TestMemberJoinsBeforeConsuming proves that a shared-group member is part
+// of its group's watermark from before its subscription, not from its
+// first probe on: the group's watermark never vouches for signals routed
+// to it and not yet stored. A member already recorded (its last run
+// crashed) keeps its older watermark, so the gap is recorded as an outage.
+func TestMemberJoinsBeforeConsuming(t *testing.T) {
+	r := newRig(t, testenv.Options{Mosquitto: true})
+	ctx := context.Background()
+	// Probes far apart: no barrier passes during the test.
+	slow := Options{SharedGroup: "g", ProbeInterval: time.Hour}
+
+	before := time.Now().UnixMilli()
+	o := slow
+	o.ClientID = "fresh"
+	a := r.start(t, o)
+	ms, err := r.store.Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := ms["g|fresh"]; !ok || got < before || got > a.src.connectedAt.Load() {
+		t.Errorf("member watermark when subscribed = %d (present %v), want in [%d, %d]", got, ok, before, a.src.connectedAt.Load())
+	}
+
+	const old = 1_000
+	if err := r.store.JoinMember(ctx, shard.Member{Group: "g", ID: "crashed"}, old); err != nil {
+		t.Fatal(err)
+	}
+	o.ClientID = "crashed"
+	r.start(t, o)
+	if ms, err = r.store.Members(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := ms["g|crashed"]; got != old {
+		t.Errorf("watermark of a member restarting after a crash = %d, want its old %d", got, old)
+	}
 }

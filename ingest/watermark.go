@@ -122,6 +122,28 @@ func (w *watermark) run(ctx context.Context) {
 	}
 }
 
+// join records this member in its shared group's watermark at ms, unless
+// it is already there (see shard.Store.JoinMember).
+func (w *watermark) join(ctx context.Context, ms int64) error {
+	return w.store.JoinMember(ctx, w.member, ms)
+}
+
+// passed waits until the barrier of the probe sent at ms has passed: every
+// signal received before that probe is stored and acked. It reports false
+// if that did not happen within wait.
+func (w *watermark) passed(ms int64, wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
+	for w.ready.Load() < ms {
+		if time.Now().After(deadline) {
+			return false
+		}
+		// A one-off wait while stopping: polling keeps run the only reader
+		// of kick.
+		time.Sleep(time.Millisecond)
+	}
+	return true
+}
+
 // leave takes this member out of its group's watermark, so that the group
 // need not wait for it: for a member stopping on purpose with everything
 // stored.

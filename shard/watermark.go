@@ -187,6 +187,19 @@ func (s *Store) AdvanceMember(ctx context.Context, m Member, ms int64, now time.
 	return v, nil
 }
 
+// JoinMember records that member m takes part in its group from ms on:
+// nothing was routed to it before ms, so the group has consumed up to ms as
+// far as m is concerned, and its watermark waits for m from then on. A
+// member already recorded keeps its watermark: one that restarts after a
+// crash must not vouch for what its last run dropped.
+func (s *Store) JoinMember(ctx context.Context, m Member, ms int64) error {
+	cmd := s.c.B().Hsetnx().Key(s.k.Members()).Field(m.field()).Value(strconv.FormatInt(ms, 10)).Build()
+	if err := s.c.Do(ctx, cmd).Error(); err != nil {
+		return fmt.Errorf("shard: join ingest member %s: %w", m.ID, err)
+	}
+	return nil
+}
+
 // LeaveMember removes a member that stopped consuming on purpose, so its
 // group's watermark no longer waits for it.
 func (s *Store) LeaveMember(ctx context.Context, m Member) error {
