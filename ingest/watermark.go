@@ -98,8 +98,13 @@ func (w *watermark) run(ctx context.Context) {
 			return
 		}
 		sctx, cancel := context.WithTimeout(ctx, storeTimeout)
-		_, err := w.store.AdvanceMember(sctx, w.member, ms, w.opts.Now(), w.opts.MemberTimeout, w.opts.OutageAfter)
+		outs := shard.Outages{Gap: w.opts.OutageAfter, Keep: w.opts.Thresholds.Max() + outageMargin}
+		_, dropped, err := w.store.AdvanceMember(sctx, w.member, ms, w.opts.Now(), w.opts.MemberTimeout, outs)
 		cancel()
+		if dropped > 0 {
+			w.log.Error("the outage list reached its cap; the oldest outages were dropped and devices silent across them may be declared lost",
+				"dropped", dropped, "cap", shard.OutagesCap)
+		}
 		if err != nil {
 			w.m.storeErrors.Inc()
 			w.errLog.Warn(w.log, "advance", "advance watermark failed", "err", err)
@@ -154,6 +159,11 @@ func (w *watermark) leave(ctx context.Context) {
 		w.log.Warn("leaving the ingest members failed; the group waits for the member timeout", "err", err)
 	}
 }
+
+// outageMargin is how long, beyond the longest threshold, an outage is
+// kept: how far behind the watermark a scanner may fall (stopped, or
+// catching up) and still find the outages its deadlines' silence overlapped.
+const outageMargin = 24 * time.Hour
 
 // age is how long ago, at now, the watermark this member last stored was
 // (since Run started, before the first), in seconds.
