@@ -105,8 +105,7 @@ func (s *source) handOver(wait time.Duration) (int64, bool) {
 		s.log.Warn("unsubscribe failed while stopping; staying in the group until the member timeout", "err", tok.Error())
 		return 0, false
 	}
-	ms := s.opts.Now().UnixMilli()
-	ptok := c.Publish(s.opts.ProbeTopic, 1, false, []byte(strconv.FormatInt(ms, 10)))
+	_, ms, ptok := s.sendProbe(c, nil)
 	if !ptok.WaitTimeout(time.Until(deadline)) || ptok.Error() != nil {
 		s.log.Warn("last probe not sent while stopping; staying in the group until the member timeout", "err", ptok.Error())
 		return 0, false
@@ -143,10 +142,17 @@ func (s *source) probe(c mqtt.Client, buf []byte) []byte {
 	if !c.IsConnectionOpen() || s.connectedAt.Load() == 0 {
 		return buf
 	}
-	buf = strconv.AppendInt(buf[:0], s.opts.Now().UnixMilli(), 10)
-	// paho keeps the payload slice, so each probe gets its own.
-	c.Publish(s.opts.ProbeTopic, 1, false, append([]byte(nil), buf...))
+	buf, _, _ = s.sendProbe(c, buf)
 	return buf
+}
+
+// sendProbe publishes one probe and returns its time and token; handOver's
+// last probe is made the same way as the periodic ones.
+func (s *source) sendProbe(c mqtt.Client, buf []byte) ([]byte, int64, mqtt.Token) {
+	ms := s.opts.Now().UnixMilli()
+	buf = strconv.AppendInt(buf[:0], ms, 10)
+	// paho keeps the payload slice, so each probe gets its own.
+	return buf, ms, c.Publish(s.opts.ProbeTopic, 1, false, append([]byte(nil), buf...))
 }
 
 // connected reports whether the source is connected to the broker and has
