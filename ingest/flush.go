@@ -52,8 +52,10 @@ func (p *pipeline) flush(ctx context.Context, b *batch, idx map[string]int, es [
 }
 
 // abandon gives up on a batch that could not be stored before ingest
-// stopped. Its messages stay unacked, so the broker delivers them again;
-// its flush never completes, so no later probe advances the watermark.
+// stopped. Its messages stay unacked: a persistent session gets them again
+// next run, a clean (shared) one loses them, which is why the member then
+// stays in its group's watermark (Run). Its flush never completes, so no
+// later probe advances the watermark.
 func (p *pipeline) abandon(b *batch) {
 	p.abandoned.Store(true)
 	for _, s := range b.items {
@@ -62,7 +64,7 @@ func (p *pipeline) abandon(b *batch) {
 		}
 		<-p.slots
 	}
-	p.log.Warn("stopped before signals were stored; the broker delivers them again", "signals", len(b.items))
+	p.log.Warn("stopped before signals were stored; left unacked", "signals", len(b.items))
 }
 
 // upsert writes es, retrying with back-off. The writer places them by the

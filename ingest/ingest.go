@@ -80,6 +80,9 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Pu
 		stopping: make(chan struct{}),
 	}
 	in.src = newSource(o, in.pipe, in.dead, log)
+	if opts.SharedGroup != "" {
+		in.src.join = in.wm.join
+	}
 	if err := m.register(reg); err != nil {
 		return nil, err
 	}
@@ -88,15 +91,23 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Pu
 
 // Run starts the stages, connects to the brokers and subscribes, and runs
 // until ctx is done. Stopping, it takes no new messages, stores and acks
-// what is in flight (for up to 5s; the rest is left unacked for the broker
-// to deliver again), then disconnects. With no Brokers it serves only
-// Signal. Run may be called once; it returns once every goroutine it
-// started has ended.
+// what is in flight (for up to drainTimeout), then disconnects. With no
+// Brokers it serves only Signal. Run may be called once; it returns once
+// every goroutine it started has ended.
 //
 // The stages stop senders before receivers: the source first (no more
 // messages or probes), then the pipeline drains what is in flight, then
 // the watermark stores its last report and the dead letters forward what
 // they hold; the connection closes last, after the acks.
+//
+// A member of a shared group first hands its share of the stream over
+// (source.handOver) and waits until everything routed to it is stored;
+// only then does it leave the group's watermark. A member that cannot
+// (broker or Redis unreachable, drainTimeout passed) stays in the group, so
+// the group waits MemberTimeout for it and the gap is recorded as an
+// outage: the broker drops what it had routed to a clean session.
+// A member with a persistent session leaves what it did not store unacked
+// in its session, for the next run.
 func (in *Ingest) Run(ctx context.Context) error {
 	if !in.ran.CompareAndSwap(false, true) {
 		return errors.New("ingest: Run may be called only once")
@@ -120,9 +131,18 @@ func (in *Ingest) Run(ctx context.Context) error {
 	close(in.started)
 
 	err := in.src.run(ctx)
-	// The source has stopped probing. Its handler (and Signal) take no new
-	// work from now on: a handler waiting for a slot gives up and leaves
-	// its message unacked.
+	// The source has stopped probing.
+	handedOver := in.opts.SharedGroup == ""
+	if len(in.opts.Brokers) > 0 && !handedOver && err == nil {
+		if ms, ok := in.src.handOver(in.drain); ok {
+			handedOver = in.wm.passed(ms, in.drain)
+		}
+		if !handedOver {
+			in.log.Warn("could not hand over before stopping; the group waits for the member timeout and records the gap")
+		}
+	}
+	// The handler (and Signal) take no new work from now on: a handler
+	// waiting for a slot gives up and leaves its message unacked.
 	in.pipe.close()
 	in.dead.close()
 
@@ -130,14 +150,14 @@ func (in *Ingest) Run(ctx context.Context) error {
 	drain := time.AfterFunc(in.drain, cancelStore)
 	defer drain.Stop()
 	stages.Wait()
-	if len(in.opts.Brokers) > 0 && !in.pipe.abandoned.Load() {
+	if len(in.opts.Brokers) > 0 && handedOver && !in.pipe.abandoned.Load() {
 		// Stopping on purpose with everything stored: the group's watermark
 		// need not wait for this member. A member that gave signals up
 		// stays, so the group waits MemberTimeout and records the gap.
 		in.wm.leave(context.WithoutCancel(ctx))
 	}
 	in.src.disconnect()
-	in.log.Info("ingest stopped")
+	in.log.Info("ingest stopped", "handed_over", handedOver)
 	return err
 }
 

@@ -86,8 +86,11 @@ const (
 	// flushers bounds the flushes to Redis running at once.
 	flushers = 4
 	// drainTimeout bounds how long Run, when stopping, waits for what is
-	// in flight to be stored; what is not stored by then is not acked, so
-	// the broker delivers it again to the next session.
+	// in flight to be stored (and, in a shared group, for the hand-over
+	// before that). What is not stored by then is not acked: a persistent
+	// session keeps it for the next run, but the broker drops it with a
+	// clean (shared) session, so such a member stays in its group's
+	// watermark and the gap becomes an outage.
 	drainTimeout = 5 * time.Second
 	// invalidQueue bounds refusals waiting for the dead-letter publish
 	// (copies: the messages are acked at once). When it is full the

@@ -37,6 +37,12 @@ type source struct {
 	// brokerDropped is the broker's own count of messages it dropped
 	// (Mosquitto's $SYS/broker/publish/messages/dropped), -1 if unknown.
 	brokerDropped atomic.Int64
+	// join records this member in its shared group's watermark before it
+	// subscribes (set by New; nil without a group).
+	join func(ctx context.Context, ms int64) error
+	// leaving is set once handOver began: a reconnection then subscribes
+	// the probe topic only, so that the broker routes no more signals here.
+	leaving atomic.Bool
 }
 
 func newSource(opts *Options, pipe *pipeline, dead *deadLetters, log *slog.Logger) *source {
@@ -77,6 +83,49 @@ func (s *source) run(ctx context.Context) error {
 	return g.Wait()
 }
 
+// handOver ends this member's share of a shared subscription without
+// losing what the broker already routed to it. Mosquitto drops the messages
+// of a clean session that disconnects, even those delivered and unacked;
+// after an UNSUBSCRIBE it routes nothing more here but still delivers, in
+// order, what it had routed before (TestSharedMemberLeaving). So handOver
+// unsubscribes the device filters and then publishes one probe: once that
+// probe's barrier passes (the caller waits for it), every signal routed
+// here is stored. It returns the probe's time, or false if the connection
+// is not up or the broker did not answer within wait.
+func (s *source) handOver(wait time.Duration) (int64, bool) {
+	s.leaving.Store(true)
+	cp := s.client.Load()
+	if cp == nil || !(*cp).IsConnectionOpen() || s.connectedAt.Load() == 0 {
+		return 0, false
+	}
+	c := *cp
+	deadline := time.Now().Add(wait)
+	tok := c.Unsubscribe(s.deviceFilters()...)
+	if !tok.WaitTimeout(wait) || tok.Error() != nil {
+		s.log.Warn("unsubscribe failed while stopping; staying in the group until the member timeout", "err", tok.Error())
+		return 0, false
+	}
+	_, ms, ptok := s.sendProbe(c, nil)
+	if !ptok.WaitTimeout(time.Until(deadline)) || ptok.Error() != nil {
+		s.log.Warn("last probe not sent while stopping; staying in the group until the member timeout", "err", ptok.Error())
+		return 0, false
+	}
+	return ms, true
+}
+
+// deviceFilters are the filters signals come in on, shared if this member
+// is in a group.
+func (s *source) deviceFilters() []string {
+	out := make([]string, 0, len(s.opts.Topics))
+	for _, f := range s.opts.Topics {
+		if s.opts.SharedGroup != "" {
+			f = "$share/" + s.opts.SharedGroup + "/" + f
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
 // disconnect ends the connection, once what is in flight was acked.
 func (s *source) disconnect() {
 	if c := s.client.Load(); c != nil {
@@ -93,10 +142,17 @@ func (s *source) probe(c mqtt.Client, buf []byte) []byte {
 	if !c.IsConnectionOpen() || s.connectedAt.Load() == 0 {
 		return buf
 	}
-	buf = strconv.AppendInt(buf[:0], s.opts.Now().UnixMilli(), 10)
-	// paho keeps the payload slice, so each probe gets its own.
-	c.Publish(s.opts.ProbeTopic, 1, false, append([]byte(nil), buf...))
+	buf, _, _ = s.sendProbe(c, buf)
 	return buf
+}
+
+// sendProbe publishes one probe and returns its time and token; handOver's
+// last probe is made the same way as the periodic ones.
+func (s *source) sendProbe(c mqtt.Client, buf []byte) ([]byte, int64, mqtt.Token) {
+	ms := s.opts.Now().UnixMilli()
+	buf = strconv.AppendInt(buf[:0], ms, 10)
+	// paho keeps the payload slice, so each probe gets its own.
+	return buf, ms, c.Publish(s.opts.ProbeTopic, 1, false, append([]byte(nil), buf...))
 }
 
 // connected reports whether the source is connected to the broker and has
@@ -156,13 +212,20 @@ func (s *source) clientOptions() *mqtt.ClientOptions {
 // the subscriptions, but a broker that lost its state does not. Messages
 // are routed by the default handler, so a message matching several filters
 // is still handled once.
+//
+// A member of a shared group joins the group's watermark before it
+// subscribes, at a time no later than anything the broker can route to it,
+// so that the group's watermark waits for it from its first signal on.
+// Once the member is leaving (handOver), it subscribes only its probes.
 func (s *source) onConnect(c mqtt.Client) {
 	filters := make(map[string]byte, len(s.opts.Topics)+1)
-	for _, f := range s.opts.Topics {
-		if s.opts.SharedGroup != "" {
-			f = "$share/" + s.opts.SharedGroup + "/" + f
+	if !s.leaving.Load() {
+		if s.join != nil && !s.joinGroup(c) {
+			return
 		}
-		filters[f] = *s.opts.QoS
+		for _, f := range s.deviceFilters() {
+			filters[f] = *s.opts.QoS
+		}
 	}
 	// The probe topic is never shared: a probe must come back to the
 	// instance that sent it. A probe under a signal filter rides that
@@ -195,6 +258,25 @@ func (s *source) onConnect(c mqtt.Client) {
 	// full; it says so only in $SYS. Other brokers may refuse the filter,
 	// which costs nothing.
 	c.Subscribe(sysDropped, 0, s.onDropped)
+}
+
+// joinGroup records this member in its group's watermark, retrying while
+// the connection is up. It reports false if the connection went down
+// first: the next connection tries again.
+func (s *source) joinGroup(c mqtt.Client) bool {
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		err := s.join(ctx, s.opts.Now().UnixMilli())
+		cancel()
+		if err == nil {
+			return true
+		}
+		s.log.Warn("joining the group's watermark failed; not subscribing until it succeeds", "err", err, "attempt", attempt+1)
+		if !c.IsConnectionOpen() || s.leaving.Load() {
+			return false
+		}
+		time.Sleep(storeBackoff.Delay(attempt))
+	}
 }
 
 // sysDropped is where Mosquitto publishes how many messages it dropped.

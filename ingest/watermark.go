@@ -98,8 +98,13 @@ func (w *watermark) run(ctx context.Context) {
 			return
 		}
 		sctx, cancel := context.WithTimeout(ctx, storeTimeout)
-		_, err := w.store.AdvanceMember(sctx, w.member, ms, w.opts.Now(), w.opts.MemberTimeout, w.opts.OutageAfter)
+		outs := shard.Outages{Gap: w.opts.OutageAfter, Keep: w.opts.Thresholds.Max() + outageMargin}
+		_, dropped, err := w.store.AdvanceMember(sctx, w.member, ms, w.opts.Now(), w.opts.MemberTimeout, outs)
 		cancel()
+		if dropped > 0 {
+			w.log.Error("the outage list reached its cap; the oldest outages were dropped and devices silent across them may be declared lost",
+				"dropped", dropped, "cap", shard.OutagesCap)
+		}
 		if err != nil {
 			w.m.storeErrors.Inc()
 			w.errLog.Warn(w.log, "advance", "advance watermark failed", "err", err)
@@ -122,6 +127,28 @@ func (w *watermark) run(ctx context.Context) {
 	}
 }
 
+// join records this member in its shared group's watermark at ms, unless
+// it is already there (see shard.Store.JoinMember).
+func (w *watermark) join(ctx context.Context, ms int64) error {
+	return w.store.JoinMember(ctx, w.member, ms)
+}
+
+// passed waits until the barrier of the probe sent at ms has passed: every
+// signal received before that probe is stored and acked. It reports false
+// if that did not happen within wait.
+func (w *watermark) passed(ms int64, wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
+	for w.ready.Load() < ms {
+		if time.Now().After(deadline) {
+			return false
+		}
+		// A one-off wait while stopping: polling keeps run the only reader
+		// of kick.
+		time.Sleep(time.Millisecond)
+	}
+	return true
+}
+
 // leave takes this member out of its group's watermark, so that the group
 // need not wait for it: for a member stopping on purpose with everything
 // stored.
@@ -132,6 +159,11 @@ func (w *watermark) leave(ctx context.Context) {
 		w.log.Warn("leaving the ingest members failed; the group waits for the member timeout", "err", err)
 	}
 }
+
+// outageMargin is how long, beyond the longest threshold, an outage is
+// kept: how far behind the watermark a scanner may fall (stopped, or
+// catching up) and still find the outages its deadlines' silence overlapped.
+const outageMargin = 24 * time.Hour
 
 // age is how long ago, at now, the watermark this member last stored was
 // (since Run started, before the first), in seconds.

@@ -59,6 +59,7 @@ type Thresholds struct {
 	store     *Store
 	mu        sync.RWMutex
 	overrides map[string]time.Duration
+	maxOver   time.Duration // the longest override
 	version   int64
 }
 
@@ -81,6 +82,19 @@ func (t *Thresholds) For(id, typ string) time.Duration {
 	return t.Default
 }
 
+// Max returns the longest threshold in force: the default, a type's, or an
+// override as last loaded.
+func (t *Thresholds) Max() time.Duration {
+	t.mu.RLock()
+	m := t.maxOver
+	t.mu.RUnlock()
+	m = max(m, t.Default)
+	for _, d := range t.ByType {
+		m = max(m, d)
+	}
+	return m
+}
+
 // Reload reads the overrides if their version changed.
 func (t *Thresholds) Reload(ctx context.Context) error {
 	v, err := t.store.OverridesVersion(ctx)
@@ -97,8 +111,12 @@ func (t *Thresholds) Reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var longest time.Duration
+	for _, d := range m {
+		longest = max(longest, d)
+	}
 	t.mu.Lock()
-	t.overrides, t.version = m, v
+	t.overrides, t.maxOver, t.version = m, longest, v
 	t.mu.Unlock()
 	return nil
 }

@@ -20,32 +20,68 @@ import (
 // consuming between Start and End (unix ms).
 type Outage struct{ Start, End int64 }
 
-// outagesKept bounds the outage list.
-const outagesKept = 256
+// OutagesCap bounds the outage list whatever its outages' age: far more
+// than ever recorded while a threshold runs (each outage is a watermark
+// jump of several seconds, and touching ones are merged). Reaching it
+// drops the oldest, and the call that did says so.
+const OutagesCap = 100_000
+
+// recordOutage is the Lua that records the outage [cur, new] (unix ms, as
+// strings) in the list at key, oldest first: it extends the last outage if
+// that one reaches cur, else appends; it drops outages that ended more than
+// keep ms before new (keep 0: none), and the oldest beyond cap. The list
+// thus only grows or changes at its end and shrinks at its start. It
+// returns how many outages the cap dropped.
+const recordOutage = `
+local function record(key, cur, new, keep, cap)
+  local last = redis.call('LINDEX', key, -1)
+  local ls, le
+  if last then ls, le = string.match(last, '^(%d+):(%d+)$') end
+  if le and tonumber(le) >= tonumber(cur) then
+    redis.call('LSET', key, -1, ls .. ':' .. new)
+  else
+    redis.call('RPUSH', key, cur .. ':' .. new)
+  end
+  if keep > 0 then
+    for _ = 1, 64 do
+      local head = redis.call('LINDEX', key, 0)
+      local he = head and string.match(head, ':(%d+)$')
+      if head == nil or (he and tonumber(he) >= tonumber(new) - keep) then break end
+      redis.call('LPOP', key)
+    end
+  end
+  local n = redis.call('LLEN', key)
+  if n > cap then
+    redis.call('LTRIM', key, n - cap, -1)
+    return n - cap
+  end
+  return 0
+end
+`
 
 // watermarkScript moves the ingest watermark forward and records a gap
 // larger than the outage threshold as an outage.
 //
 // KEYS[1]: watermark key; KEYS[2]: outage list
 // ARGV[1]: new watermark, unix ms; ARGV[2]: outage threshold, ms;
-// ARGV[3]: outages kept
+// ARGV[3]: outages cap
 // Returns: the watermark after the call.
-var watermarkScript = newScript(`
+var watermarkScript = newScript(recordOutage + `
 local cur = redis.call('GET', KEYS[1])
 local new = tonumber(ARGV[1])
 if cur and new <= tonumber(cur) then return cur end
 if cur and new - tonumber(cur) > tonumber(ARGV[2]) then
-  redis.call('RPUSH', KEYS[2], cur .. ':' .. ARGV[1])
-  redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1)
+  record(KEYS[2], cur, ARGV[1], 0, tonumber(ARGV[3]))
 end
 redis.call('SET', KEYS[1], ARGV[1])
 return ARGV[1]`)
 
 // AdvanceWatermark moves the ingest watermark forward to ms. A jump larger
-// than gap is recorded as an outage.
+// than gap is recorded as an outage. It keeps outages up to OutagesCap;
+// ingest members use AdvanceMember, which also drops them by age.
 func (s *Store) AdvanceWatermark(ctx context.Context, ms int64, gap time.Duration) (int64, error) {
 	v, err := watermarkScript.exec(ctx, s.c, []string{s.k.Watermark(), s.k.Outages()},
-		[]string{strconv.FormatInt(ms, 10), strconv.FormatInt(gap.Milliseconds(), 10), strconv.Itoa(outagesKept)}).AsInt64()
+		[]string{strconv.FormatInt(ms, 10), strconv.FormatInt(gap.Milliseconds(), 10), strconv.Itoa(OutagesCap)}).AsInt64()
 	if err != nil {
 		return 0, fmt.Errorf("shard: advance watermark: %w", err)
 	}
@@ -129,16 +165,19 @@ func (m Member) field() string { return m.Group + "|" + m.ID }
 // consumes everything itself. The global watermark is the best of those
 // (max). Members silent for longer than the timeout are dropped, so a dead
 // member holds firing back for at most that long, and the gap it leaves is
-// recorded as an outage like any other.
+// recorded as an outage like any other. Outages are kept while they can
+// still overlap a silence window (see Outages.Keep).
 //
 // KEYS[1]: member HASH ("group|id" -> ms)
 // KEYS[2]: global watermark
 // KEYS[3]: outage list
 // ARGV[1]: member field "group|id"; ARGV[2]: member watermark, unix ms
 // ARGV[3]: now, unix ms; ARGV[4]: member timeout, ms (0: never drop)
-// ARGV[5]: outage threshold, ms; ARGV[6]: outages kept
-// Returns: the global watermark after the call.
-var memberScript = newScript(`
+// ARGV[5]: outage threshold, ms; ARGV[6]: outages kept for, ms (0: until
+// the cap); ARGV[7]: outages cap
+// Returns: {the global watermark after the call (false if none), outages
+// the cap dropped}.
+var memberScript = newScript(recordOutage + `
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 local now, timeout = tonumber(ARGV[3]), tonumber(ARGV[4])
 local all = redis.call('HGETALL', KEYS[1])
@@ -159,32 +198,59 @@ end
 for _, wm in pairs(groups) do
   if best == nil or wm > best then best = wm end
 end
-if best == nil then return redis.call('GET', KEYS[2]) end
+if best == nil then return {redis.call('GET', KEYS[2]), 0} end
 local cur = redis.call('GET', KEYS[2])
-if cur and best <= tonumber(cur) then return cur end
+if cur and best <= tonumber(cur) then return {cur, 0} end
 local new = string.format('%d', best)
+local dropped = 0
 if cur and best - tonumber(cur) > tonumber(ARGV[5]) then
-  redis.call('RPUSH', KEYS[3], cur .. ':' .. new)
-  redis.call('LTRIM', KEYS[3], -tonumber(ARGV[6]), -1)
+  dropped = record(KEYS[3], cur, new, tonumber(ARGV[6]), tonumber(ARGV[7]))
 end
 redis.call('SET', KEYS[2], new)
-return new`)
+return {new, dropped}`)
+
+// Outages says what AdvanceMember records as an outage and how long it
+// keeps one.
+type Outages struct {
+	// Gap: a jump of the global watermark larger than this is an outage.
+	Gap time.Duration
+	// Keep: an outage is dropped once the watermark is more than this past
+	// its end. An outage matters while a deadline's silence window can
+	// overlap it, so Keep is the longest threshold in force plus how far
+	// behind the watermark a scanner may fall; 0 keeps up to OutagesCap.
+	Keep time.Duration
+}
 
 // AdvanceMember records that member has consumed everything up to ms and
-// moves the global watermark accordingly (see memberScript). A jump of the
-// global watermark larger than gap is recorded as an outage.
-func (s *Store) AdvanceMember(ctx context.Context, m Member, ms int64, now time.Time, timeout, gap time.Duration) (int64, error) {
-	v, err := memberScript.exec(ctx, s.c, []string{s.k.Members(), s.k.Watermark(), s.k.Outages()},
+// moves the global watermark accordingly (see memberScript), recording a
+// jump as an outage as o says. It returns the global watermark (0 if none)
+// and how many outages OutagesCap dropped, which is not meant to happen.
+func (s *Store) AdvanceMember(ctx context.Context, m Member, ms int64, now time.Time, timeout time.Duration, o Outages) (wm, dropped int64, err error) {
+	vs, err := memberScript.exec(ctx, s.c, []string{s.k.Members(), s.k.Watermark(), s.k.Outages()},
 		[]string{m.field(), strconv.FormatInt(ms, 10), strconv.FormatInt(now.UnixMilli(), 10),
-			strconv.FormatInt(timeout.Milliseconds(), 10), strconv.FormatInt(gap.Milliseconds(), 10),
-			strconv.Itoa(outagesKept)}).AsInt64()
-	if rueidis.IsRedisNil(err) {
-		return 0, nil
-	}
+			strconv.FormatInt(timeout.Milliseconds(), 10), strconv.FormatInt(o.Gap.Milliseconds(), 10),
+			strconv.FormatInt(o.Keep.Milliseconds(), 10), strconv.Itoa(OutagesCap)}).Tuple(2)
 	if err != nil {
-		return 0, fmt.Errorf("shard: advance watermark of %s: %w", m.ID, err)
+		return 0, 0, fmt.Errorf("shard: advance watermark of %s: %w", m.ID, err)
 	}
-	return v, nil
+	if wm, err = vs[0].AsInt64(); err != nil && !rueidis.IsRedisNil(err) {
+		return 0, 0, fmt.Errorf("shard: advance watermark of %s: %w", m.ID, err)
+	}
+	dropped, _ = vs[1].AsInt64()
+	return wm, dropped, nil
+}
+
+// JoinMember records that member m takes part in its group from ms on:
+// nothing was routed to it before ms, so the group has consumed up to ms as
+// far as m is concerned, and its watermark waits for m from then on. A
+// member already recorded keeps its watermark: one that restarts after a
+// crash must not vouch for what its last run dropped.
+func (s *Store) JoinMember(ctx context.Context, m Member, ms int64) error {
+	cmd := s.c.B().Hsetnx().Key(s.k.Members()).Field(m.field()).Value(strconv.FormatInt(ms, 10)).Build()
+	if err := s.c.Do(ctx, cmd).Error(); err != nil {
+		return fmt.Errorf("shard: join ingest member %s: %w", m.ID, err)
+	}
+	return nil
 }
 
 // LeaveMember removes a member that stopped consuming on purpose, so its

@@ -45,7 +45,7 @@ func TestMemberWatermark(t *testing.T) {
 	b := shard.Member{Group: "g", ID: "b"}
 	adv := func(m shard.Member, at time.Duration, now time.Duration) int64 {
 		t.Helper()
-		wm, err := s.AdvanceMember(ctx, m, base.Add(at).UnixMilli(), base.Add(now), timeout, gap)
+		wm, _, err := s.AdvanceMember(ctx, m, base.Add(at).UnixMilli(), base.Add(now), timeout, shard.Outages{Gap: gap})
 		if err != nil {
 			t.Fatal(err)
 		}
