@@ -10,9 +10,12 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sigwatch/sigwatch/internal/backoff"
 	"github.com/sigwatch/sigwatch/internal/periodic"
 	"github.com/sigwatch/sigwatch/internal/ratelog"
-	"golang.org/x/sync/errgroup"
+	"github.com/sigwatch/sigwatch/shard"
 )
 
 // source is the stage where signals come in: the MQTT subscription. paho
@@ -34,6 +37,11 @@ type source struct {
 
 	client      atomic.Pointer[mqtt.Client]
 	connectedAt atomic.Int64 // unix ms when the current connection was subscribed; 0 before
+	// evidence is the send time, unix ms, of the latest probe this process
+	// received (on any of its connections), seeded by seed before the
+	// first: the broker delivers one session's messages in order, so a
+	// signal received after that probe reached the broker no earlier.
+	evidence atomic.Int64
 	// brokerDropped is the broker's own count of messages it dropped
 	// (Mosquitto's $SYS/broker/publish/messages/dropped), -1 if unknown.
 	brokerDropped atomic.Int64
@@ -255,20 +263,85 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 	}
 	now := s.opts.Now()
 	id, typ, err := ParseTopic(topic, s.opts.IDLevel, s.opts.TypeLevel, s.opts.MaxIDLen)
-	at := now
+	lo := time.UnixMilli(s.evidence.Load())
+	// A signal is never stamped later than an outage threshold past the
+	// evidence of when the broker had it, so a backlog delivered late (a
+	// stalled process, a slow consumer) is not taken for fresh signals. The
+	// cap is below the receive time only when this process's probes came
+	// back more than OutageAfter apart: its own watermark then jumps by as
+	// much, which its shared group records as an outage, and without a
+	// group another member covers the gap. So the cap never makes a device
+	// fire early.
+	hi := now
+	if c := lo.Add(s.opts.OutageAfter); c.Before(hi) {
+		hi = c
+	}
+	at := hi
 	if err == nil && s.opts.TimestampMode == TimestampPayload {
 		var ts time.Time
 		if ts, err = ParseTimestamp(m.Payload()); err == nil {
-			at = clamp(ts, now, s.opts.MaxSkew)
+			at = clampTo(ts, now.Add(-s.opts.MaxSkew), hi)
 		}
 	}
 	if err != nil {
 		s.dead.refuse(err, topic, m, now)
 		return
 	}
+	sig := s.pipe.signal(id, typ, at, m, nil)
+	// A device's own older time is weaker evidence, and is what it is
+	// judged by.
+	sig.lo = min(lo.UnixMilli(), sig.at)
 	// An error means ingest is stopping: the message stays unacked and the
 	// broker delivers it again to the next session.
-	_ = s.pipe.enqueue(context.Background(), s.pipe.signal(id, typ, at, m, nil))
+	_ = s.pipe.enqueue(context.Background(), sig)
+}
+
+// seed sets the evidence for signals received before this process's first
+// probe comes back (a session's backlog): this member's watermark stored in
+// Redis, else the global watermark, else now (ingest never ran, so no
+// device was lost). It retries until Redis answers or ctx ends.
+func (s *source) seed(ctx context.Context, store *shard.Store, member shard.Member) {
+	for attempt := 0; ; attempt++ {
+		ms, err := seedEvidence(ctx, store, member, s.opts.Now())
+		if err == nil {
+			s.raiseEvidence(ms)
+			return
+		}
+		s.log.Warn("reading the ingest watermarks failed; retrying", "err", err, "attempt", attempt+1)
+		if !backoff.Wait(ctx, storeBackoff.Delay(attempt)) {
+			return
+		}
+	}
+}
+
+func seedEvidence(ctx context.Context, store *shard.Store, member shard.Member, now time.Time) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	members, err := store.Members(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if ms, ok := members[member.Group+"|"+member.ID]; ok && ms > 0 {
+		return ms, nil
+	}
+	wm, _, err := store.Watermark(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if wm > 0 {
+		return wm, nil
+	}
+	return now.UnixMilli(), nil
+}
+
+// raiseEvidence moves the evidence up to ms; it never moves back.
+func (s *source) raiseEvidence(ms int64) {
+	for {
+		cur := s.evidence.Load()
+		if ms <= cur || s.evidence.CompareAndSwap(cur, ms) {
+			return
+		}
+	}
 }
 
 // onProbe passes a returned probe to the pipeline as a barrier. A probe
@@ -278,7 +351,13 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 func (s *source) onProbe(m mqtt.Message) {
 	m.Ack()
 	ms, err := strconv.ParseInt(string(m.Payload()), 10, 64)
-	if err != nil || ms <= 0 || ms < s.connectedAt.Load() {
+	if err != nil || ms <= 0 {
+		return
+	}
+	// Whatever connection it was sent on, the probe was sent at ms: what
+	// comes after it reached the broker later.
+	s.raiseEvidence(ms)
+	if ms < s.connectedAt.Load() {
 		return
 	}
 	s.pipe.enqueueBarrier(ms)
