@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -38,10 +39,14 @@ type source struct {
 	client      atomic.Pointer[mqtt.Client]
 	connectedAt atomic.Int64 // unix ms when the current connection was subscribed; 0 before
 	// evidence is the send time, unix ms, of the latest probe this process
-	// received (on any of its connections), seeded by seed before the
-	// first: the broker delivers one session's messages in order, so a
-	// signal received after that probe reached the broker no earlier.
+	// received (on any of its connections): the broker delivers one
+	// session's messages in order, so a signal received after that probe
+	// reached the broker no earlier. Before the first probe it is this
+	// member's stored watermark (see seed), or 0: nothing is known.
 	evidence atomic.Int64
+	// stampFrom is what stamps are capped from while there is no evidence:
+	// the global watermark, or the start time.
+	stampFrom atomic.Int64
 	// brokerDropped is the broker's own count of messages it dropped
 	// (Mosquitto's $SYS/broker/publish/messages/dropped), -1 if unknown.
 	brokerDropped atomic.Int64
@@ -263,7 +268,11 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 	}
 	now := s.opts.Now()
 	id, typ, err := ParseTopic(topic, s.opts.IDLevel, s.opts.TypeLevel, s.opts.MaxIDLen)
-	lo := time.UnixMilli(s.evidence.Load())
+	ev := s.evidence.Load()
+	from := time.UnixMilli(max(ev, s.stampFrom.Load()))
+	if from.UnixMilli() == 0 {
+		from = now // never seeded: Run is stopping
+	}
 	// A signal is never stamped later than an outage threshold past the
 	// evidence of when the broker had it, so a backlog delivered late (a
 	// stalled process, a slow consumer) is not taken for fresh signals. The
@@ -273,7 +282,7 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 	// group another member covers the gap. So the cap never makes a device
 	// fire early.
 	hi := now
-	if c := lo.Add(s.opts.OutageAfter); c.Before(hi) {
+	if c := from.Add(s.opts.OutageAfter); c.Before(hi) {
 		hi = c
 	}
 	at := hi
@@ -289,22 +298,28 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 	}
 	sig := s.pipe.signal(id, typ, at, m, nil)
 	// A device's own older time is weaker evidence, and is what it is
-	// judged by.
-	sig.lo = min(lo.UnixMilli(), sig.at)
+	// judged by. Without evidence, nothing shows the signal is newer than
+	// any loss.
+	sig.lo = min(ev, sig.at)
 	// An error means ingest is stopping: the message stays unacked and the
 	// broker delivers it again to the next session.
 	_ = s.pipe.enqueue(context.Background(), sig)
 }
 
-// seed sets the evidence for signals received before this process's first
-// probe comes back (a session's backlog): this member's watermark stored in
-// Redis, else the global watermark, else now (ingest never ran, so no
-// device was lost). It retries until Redis answers or ctx ends.
+// seed sets what signals received before this process's first probe
+// comes back (a session's backlog) are judged by. This member's watermark
+// stored in Redis is evidence: what the session held after it was
+// delivered after the probe it stands for. Without it (the member never
+// ran, or left, or timed out) there is no evidence, and a backlog may be
+// older than any loss; stamps are then capped from the global watermark,
+// else from now (ingest never ran). It retries until Redis answers or ctx
+// ends.
 func (s *source) seed(ctx context.Context, store *shard.Store, member shard.Member) {
 	for attempt := 0; ; attempt++ {
-		ms, err := seedEvidence(ctx, store, member, s.opts.Now())
+		own, global, err := seedWatermarks(ctx, store, member)
 		if err == nil {
-			s.raiseEvidence(ms)
+			s.raiseEvidence(own)
+			s.stampFrom.Store(cmp.Or(own, global, s.opts.Now().UnixMilli()))
 			return
 		}
 		s.log.Warn("reading the ingest watermarks failed; retrying", "err", err, "attempt", attempt+1)
@@ -314,24 +329,19 @@ func (s *source) seed(ctx context.Context, store *shard.Store, member shard.Memb
 	}
 }
 
-func seedEvidence(ctx context.Context, store *shard.Store, member shard.Member, now time.Time) (int64, error) {
+// seedWatermarks reads member's stored watermark and the global one (0 when
+// absent).
+func seedWatermarks(ctx context.Context, store *shard.Store, member shard.Member) (own, global int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	members, err := store.Members(ctx)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	if ms, ok := members[member.Group+"|"+member.ID]; ok && ms > 0 {
-		return ms, nil
-	}
-	wm, _, err := store.Watermark(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if wm > 0 {
-		return wm, nil
-	}
-	return now.UnixMilli(), nil
+	// Members keys each member "group|id".
+	own = max(members[member.Group+"|"+member.ID], 0)
+	global, _, err = store.Watermark(ctx)
+	return own, global, err
 }
 
 // raiseEvidence moves the evidence up to ms; it never moves back.
