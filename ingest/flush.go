@@ -29,8 +29,8 @@ func (p *pipeline) flush(ctx context.Context, b *batch, idx map[string]int, es [
 	}
 	p.m.batchSize.Observe(float64(len(b.items)))
 
-	stale := map[string]bool{}
-	added, ok := p.upsert(ctx, es, p.admit(b, stale))
+	var stale map[string]bool
+	added, ok := p.upsert(ctx, es, p.admit(b, &stale))
 	for _, id := range added {
 		delete(stale, id)
 	}
@@ -72,9 +72,9 @@ func (p *pipeline) flush(ctx context.Context, b *batch, idx map[string]int, es [
 // deadline its evidence supports (lo plus the threshold) is not after the
 // deadline the device was declared lost at: such a signal may be older than
 // the loss (a stalled replica's backlog, a redelivery), and must not bring
-// the device back. Refused ids are put in stale; they are acked and not
-// stored.
-func (p *pipeline) admit(b *batch, stale map[string]bool) shard.Admit {
+// the device back. Refused ids are put in *stale (made on the first); their
+// signals are acked and not stored.
+func (p *pipeline) admit(b *batch, stale *map[string]bool) shard.Admit {
 	return func(ctx context.Context, absent []shard.Entry) ([]shard.Entry, error) {
 		ids := make([]string, len(absent))
 		floor := make(map[string]int64, len(absent))
@@ -94,7 +94,10 @@ func (p *pipeline) admit(b *batch, stale map[string]bool) shard.Admit {
 		out := make([]shard.Entry, 0, len(absent))
 		for j, e := range absent {
 			if marks[j] != 0 && floor[e.ID] <= marks[j] {
-				stale[e.ID] = true
+				if *stale == nil {
+					*stale = make(map[string]bool)
+				}
+				(*stale)[e.ID] = true
 				continue
 			}
 			out = append(out, e)
@@ -118,9 +121,9 @@ func (p *pipeline) abandon(b *batch) {
 }
 
 // upsert writes es, adding absent ids only if admit admits them, retrying
-// with back-off. The writer places them by the
-// topology it knows, all shards in one round trip, and places again what a
-// shard refuses because a doubling moved on. It returns the ids that were
+// with back-off. The writer places them by the topology it knows, all
+// shards in one round trip, and places again what a shard refuses because a
+// doubling moved on. It returns the ids that were
 // absent, gathered over every attempt (an attempt that failed for one shard
 // may have written others).
 func (p *pipeline) upsert(ctx context.Context, es []shard.Entry, admit shard.Admit) ([]string, bool) {

@@ -308,8 +308,9 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 
 // seed sets what signals received before this process's first probe
 // comes back (a session's backlog) are judged by. This member's watermark
-// stored in Redis is evidence: what the session held after it was
-// delivered after the probe it stands for. Without it (the member never
+// stored in Redis is evidence: everything its session delivered before the
+// probe it stands for was stored, so what the session still holds reached
+// the broker after that probe was sent. Without it (the member never
 // ran, or left, or timed out) there is no evidence, and a backlog may be
 // older than any loss; stamps are then capped from the global watermark,
 // else from now (ingest never ran). It retries until Redis answers or ctx
