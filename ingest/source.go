@@ -141,7 +141,7 @@ func (s *source) clientOptions() *mqtt.ClientOptions {
 		o.AddBroker(b)
 	}
 	o.SetClientID(s.opts.ClientID).
-		SetCleanSession(s.opts.SharedGroup != ""). // see Options.ClientID
+		SetCleanSession(cleanSession(s.opts)). // see Options.ClientID
 		SetAutoAckDisabled(true).
 		SetOrderMatters(true).
 		SetAutoReconnect(true).
@@ -306,21 +306,31 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 	_ = s.pipe.enqueue(context.Background(), sig)
 }
 
+// cleanSession reports whether ingest connects with a clean session: one
+// that holds nothing from before the connection.
+func cleanSession(o *Options) bool { return o.SharedGroup != "" }
+
 // seed sets what signals received before this process's first probe
-// comes back (a session's backlog) are judged by. This member's watermark
-// stored in Redis is evidence: everything its session delivered before the
-// probe it stands for was stored, so what the session still holds reached
-// the broker after that probe was sent. Without it (the member never
-// ran, or left, or timed out) there is no evidence, and a backlog may be
-// older than any loss; stamps are then capped from the global watermark,
-// else from now (ingest never ran). It retries until Redis answers or ctx
+// comes back (a session's backlog) are judged by, before it connects.
+// This member's watermark stored in Redis is evidence: everything its
+// session delivered before the probe it stands for was stored, so what the
+// session still holds reached the broker after that probe was sent. A clean
+// session holds nothing from before it connects, so now is evidence; so is
+// it when ingest never ran (no watermark): no device was declared lost.
+// Otherwise (a persistent session whose member left or timed out) there is
+// no evidence, and a backlog may be older than any loss; stamps are then
+// capped from the global watermark. It retries until Redis answers or ctx
 // ends.
 func (s *source) seed(ctx context.Context, store *shard.Store, member shard.Member) {
 	for attempt := 0; ; attempt++ {
 		own, global, err := seedWatermarks(ctx, store, member)
 		if err == nil {
+			now := s.opts.Now().UnixMilli()
+			if cleanSession(s.opts) || own == 0 && global == 0 {
+				own = now
+			}
 			s.raiseEvidence(own)
-			s.stampFrom.Store(cmp.Or(own, global, s.opts.Now().UnixMilli()))
+			s.stampFrom.Store(cmp.Or(own, global, now))
 			return
 		}
 		s.log.Warn("reading the ingest watermarks failed; retrying", "err", err, "attempt", attempt+1)
