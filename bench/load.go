@@ -207,7 +207,7 @@ func (r *runner) sigwatchWriter(ctx context.Context, store *shard.Store) (writeF
 	}
 	w := shard.NewWriter(store, fmt.Sprintf("bench-writer-%d", time.Now().UnixNano()), topo.Current, topo.Refresh)
 	return func(ctx context.Context, es []shard.Entry) error {
-		_, err := w.Upsert(ctx, shard.Deadlines, es)
+		_, err := w.Upsert(ctx, shard.Deadlines, es, nil)
 		return err
 	}, nil
 }

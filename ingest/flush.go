@@ -29,7 +29,11 @@ func (p *pipeline) flush(ctx context.Context, b *batch, idx map[string]int, es [
 	}
 	p.m.batchSize.Observe(float64(len(b.items)))
 
-	added, ok := p.upsert(ctx, es)
+	var stale map[string]bool
+	added, ok := p.upsert(ctx, es, p.admit(b, &stale))
+	for _, id := range added {
+		delete(stale, id)
+	}
 	if ok && len(added) > 0 {
 		ok = p.welcome(ctx, b, added)
 	}
@@ -45,10 +49,61 @@ func (p *pipeline) flush(ctx context.Context, b *batch, idx map[string]int, es [
 		}
 		<-p.slots
 	}
-	p.m.signals.Add(float64(len(b.items)))
-	p.m.resets.Add(float64(max(0, len(b.items)-len(added))))
+	var refused int
+	if len(stale) > 0 {
+		for _, s := range b.items {
+			if stale[s.id] {
+				refused++
+			}
+		}
+		p.m.stale.Add(float64(refused))
+		p.errLog.Warn(p.log, "stale", "signals older than their device's loss refused (late delivery)", "signals", refused, "devices", len(stale))
+	}
+	p.m.signals.Add(float64(len(b.items) - refused))
+	p.m.resets.Add(float64(max(0, len(b.items)-refused-len(added))))
 	p.wm.completed(b.seq)
 	return es
+}
+
+// admit returns the admission rule for the ids of b found absent from their
+// shard (DESIGN.md invariant 8). An absent device is new, or was lost: its
+// entry is removed only after its lost mark is stored, so the mark read here
+// is the evidence of the loss. A signal is admitted unless the earliest
+// deadline its evidence supports (lo plus the threshold) is not after the
+// deadline the device was declared lost at: such a signal may be older than
+// the loss (a stalled replica's backlog, a redelivery), and must not bring
+// the device back. Refused ids are put in *stale (made on the first); their
+// signals are acked and not stored.
+func (p *pipeline) admit(b *batch, stale *map[string]bool) shard.Admit {
+	return func(ctx context.Context, absent []shard.Entry) ([]shard.Entry, error) {
+		ids := make([]string, len(absent))
+		floor := make(map[string]int64, len(absent))
+		for j, e := range absent {
+			ids[j] = e.ID
+			floor[e.ID] = 0
+		}
+		for _, s := range b.items {
+			if f, ok := floor[s.id]; ok {
+				floor[s.id] = max(f, s.deadline-s.at+s.lo)
+			}
+		}
+		marks, err := p.store.LostMarks(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]shard.Entry, 0, len(absent))
+		for j, e := range absent {
+			if marks[j] != 0 && floor[e.ID] <= marks[j] {
+				if *stale == nil {
+					*stale = make(map[string]bool)
+				}
+				(*stale)[e.ID] = true
+				continue
+			}
+			out = append(out, e)
+		}
+		return out, nil
+	}
 }
 
 // abandon gives up on a batch that could not be stored before ingest
@@ -67,17 +122,18 @@ func (p *pipeline) abandon(b *batch) {
 	p.log.Warn("stopped before signals were stored; left unacked", "signals", len(b.items))
 }
 
-// upsert writes es, retrying with back-off. The writer places them by the
-// topology it knows, all shards in one round trip, and places again what a
-// shard refuses because a doubling moved on. It returns the ids that were
+// upsert writes es, adding absent ids only if admit admits them, retrying
+// with back-off. The writer places them by the topology it knows, all
+// shards in one round trip, and places again what a shard refuses because a
+// doubling moved on. It returns the ids that were
 // absent, gathered over every attempt (an attempt that failed for one shard
 // may have written others).
-func (p *pipeline) upsert(ctx context.Context, es []shard.Entry) ([]string, bool) {
+func (p *pipeline) upsert(ctx context.Context, es []shard.Entry, admit shard.Admit) ([]string, bool) {
 	var added []string
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
 		actx, cancel := context.WithTimeout(ctx, storeTimeout)
-		a, err := p.writer.Upsert(actx, shard.Deadlines, es)
+		a, err := p.writer.Upsert(actx, shard.Deadlines, es, admit)
 		cancel()
 		p.m.storeLatency.Observe(time.Since(start).Seconds())
 		added = append(added, a...)

@@ -113,6 +113,8 @@ func (in *Ingest) Run(ctx context.Context) error {
 		return errors.New("ingest: Run may be called only once")
 	}
 	in.wm.startedAt.Store(in.opts.Now().UnixMilli())
+	// What a session's backlog is judged by, before the first probe is back.
+	in.src.seed(ctx, in.pipe.store, in.wm.member)
 
 	// Work in flight is finished with its own context, so that stopping
 	// stores and acks it instead of abandoning it.

@@ -13,6 +13,7 @@ type metrics struct {
 	unforwarded  prometheus.Counter
 	newDevices   prometheus.Counter
 	recovered    prometheus.Counter
+	stale        prometheus.Counter
 	storeErrors  prometheus.Counter
 	batchSize    prometheus.Histogram
 	storeLatency prometheus.Histogram
@@ -36,6 +37,8 @@ func newMetrics(in *Ingest) *metrics {
 		unforwarded: counter("invalid_unforwarded_total", "Refused messages acked without reaching the dead-letter subject (queue full or NATS failing)."),
 		newDevices:  counter("new_devices_total", "Devices seen for the first time."),
 		recovered:   counter("recovered_total", "Lost devices that signalled again."),
+		stale: counter("stale_signals_total",
+			"Signals refused because nothing shows they are newer than their device's loss (a late delivery: a stalled replica's backlog, a redelivery); acked, not stored."),
 		storeErrors: counter("store_errors_total", "Failed Redis calls (each is retried)."),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "flush_batch_size",
 			Help: "Signals per flush to Redis.", Buckets: prometheus.ExponentialBuckets(1, 2, 13)}),
@@ -65,7 +68,7 @@ func newMetrics(in *Ingest) *metrics {
 			}),
 	}
 	m.all = append([]prometheus.Collector{m.signals, m.resets, invalid, m.unforwarded, m.newDevices, m.recovered,
-		m.storeErrors, m.batchSize, m.storeLatency}, gauges...)
+		m.stale, m.storeErrors, m.batchSize, m.storeLatency}, gauges...)
 	return m
 }
 

@@ -187,11 +187,17 @@ func ParseTimestamp(payload []byte) (time.Time, error) {
 // clamp keeps a device's clock from pushing a deadline into the future or
 // far into the past: at is moved into [now-skew, now].
 func clamp(at, now time.Time, skew time.Duration) time.Time {
-	if at.After(now) {
-		return now
+	return clampTo(at, now.Add(-skew), now)
+}
+
+// clampTo moves at into [lo, hi]. The upper bound wins when lo is above hi:
+// a signal is never stamped later than the evidence allows.
+func clampTo(at, lo, hi time.Time) time.Time {
+	if at.Before(lo) {
+		at = lo
 	}
-	if lo := now.Add(-skew); at.Before(lo) {
-		return lo
+	if at.After(hi) {
+		return hi
 	}
 	return at
 }

@@ -56,9 +56,13 @@ type pipeline struct {
 // and how to report that it is stored. A signal with probe set is instead
 // the barrier of the watermark probe sent at that time.
 type signal struct {
-	id, typ  string
-	shard    int
-	at       int64 // signal time, unix ms
+	id, typ string
+	shard   int
+	at      int64 // signal time, unix ms
+	// lo is the evidence of the signal's age: the broker had it no earlier
+	// than lo, unix ms (see source.onMessage). It is at when the signal's
+	// own time is the evidence (Signal).
+	lo       int64
 	deadline int64 // unix ms
 	msg      mqtt.Message
 	done     chan error
@@ -80,6 +84,7 @@ func (p *pipeline) signal(id, typ string, at time.Time, msg mqtt.Message, done c
 		typ:      typ,
 		shard:    shard.Of(id, p.topo.Current().Shards),
 		at:       ms,
+		lo:       ms,
 		deadline: ms + p.opts.Thresholds.For(id, typ).Milliseconds(),
 		msg:      msg,
 		done:     done,

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -10,9 +11,12 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sigwatch/sigwatch/internal/backoff"
 	"github.com/sigwatch/sigwatch/internal/periodic"
 	"github.com/sigwatch/sigwatch/internal/ratelog"
-	"golang.org/x/sync/errgroup"
+	"github.com/sigwatch/sigwatch/shard"
 )
 
 // source is the stage where signals come in: the MQTT subscription. paho
@@ -34,6 +38,15 @@ type source struct {
 
 	client      atomic.Pointer[mqtt.Client]
 	connectedAt atomic.Int64 // unix ms when the current connection was subscribed; 0 before
+	// evidence is the send time, unix ms, of the latest probe this process
+	// received (on any of its connections): the broker delivers one
+	// session's messages in order, so a signal received after that probe
+	// reached the broker no earlier. Before the first probe it is this
+	// member's stored watermark (see seed), or 0: nothing is known.
+	evidence atomic.Int64
+	// stampFrom is what stamps are capped from while there is no evidence:
+	// the global watermark, or the start time.
+	stampFrom atomic.Int64
 	// brokerDropped is the broker's own count of messages it dropped
 	// (Mosquitto's $SYS/broker/publish/messages/dropped), -1 if unknown.
 	brokerDropped atomic.Int64
@@ -184,7 +197,7 @@ func (s *source) clientOptions() *mqtt.ClientOptions {
 		o.AddBroker(b)
 	}
 	o.SetClientID(s.opts.ClientID).
-		SetCleanSession(s.opts.SharedGroup != ""). // see Options.ClientID
+		SetCleanSession(cleanSession(s.opts)). // see Options.ClientID
 		SetAutoAckDisabled(true).
 		SetOrderMatters(true).
 		SetAutoReconnect(true).
@@ -344,20 +357,102 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 		m.Ack() // another member's probe (ProbeTopicUnder), not a device
 		return
 	}
-	at := now
+	ev := s.evidence.Load()
+	from := time.UnixMilli(max(ev, s.stampFrom.Load()))
+	if from.UnixMilli() == 0 {
+		from = now // never seeded: Run is stopping
+	}
+	// A signal is never stamped later than an outage threshold past the
+	// evidence of when the broker had it, so a backlog delivered late (a
+	// stalled process, a slow consumer) is not taken for fresh signals. The
+	// cap is below the receive time only when this process's probes came
+	// back more than OutageAfter apart: its own watermark then jumps by as
+	// much, which its shared group records as an outage, and without a
+	// group another member covers the gap. So the cap never makes a device
+	// fire early.
+	hi := now
+	if c := from.Add(s.opts.OutageAfter); c.Before(hi) {
+		hi = c
+	}
+	at := hi
 	if err == nil && s.opts.TimestampMode == TimestampPayload {
 		var ts time.Time
 		if ts, err = ParseTimestamp(m.Payload()); err == nil {
-			at = clamp(ts, now, s.opts.MaxSkew)
+			at = clampTo(ts, now.Add(-s.opts.MaxSkew), hi)
 		}
 	}
 	if err != nil {
 		s.dead.refuse(err, topic, m, now)
 		return
 	}
-	// An error means ingest is stopping: the message stays unacked and the
-	// broker delivers it again to the next session.
-	_ = s.pipe.enqueue(context.Background(), s.pipe.signal(id, typ, at, m, nil))
+	sig := s.pipe.signal(id, typ, at, m, nil)
+	// A device's own older time is weaker evidence, and is what it is
+	// judged by. Without evidence, nothing shows the signal is newer than
+	// any loss.
+	sig.lo = min(ev, sig.at)
+	// An error means ingest is stopping: the message stays unacked. A
+	// persistent session gets it again next run; a clean (shared) one loses
+	// it, so the member then stays in its group's watermark.
+	_ = s.pipe.enqueue(context.Background(), sig)
+}
+
+// cleanSession reports whether ingest connects with a clean session: one
+// that holds nothing from before the connection.
+func cleanSession(o *Options) bool { return o.SharedGroup != "" }
+
+// seed sets what signals received before this process's first probe
+// comes back (a session's backlog) are judged by, before it connects.
+// This member's watermark stored in Redis is evidence: everything its
+// session delivered before the probe it stands for was stored, so what the
+// session still holds reached the broker after that probe was sent. A clean
+// session holds nothing from before it connects, so now is evidence; so is
+// it when ingest never ran (no watermark): no device was declared lost.
+// Otherwise (a persistent session whose member left or timed out) there is
+// no evidence, and a backlog may be older than any loss; stamps are then
+// capped from the global watermark. It retries until Redis answers or ctx
+// ends.
+func (s *source) seed(ctx context.Context, store *shard.Store, member shard.Member) {
+	for attempt := 0; ; attempt++ {
+		own, global, err := seedWatermarks(ctx, store, member)
+		if err == nil {
+			now := s.opts.Now().UnixMilli()
+			if cleanSession(s.opts) || own == 0 && global == 0 {
+				own = now
+			}
+			s.raiseEvidence(own)
+			s.stampFrom.Store(cmp.Or(own, global, now))
+			return
+		}
+		s.log.Warn("reading the ingest watermarks failed; retrying", "err", err, "attempt", attempt+1)
+		if !backoff.Wait(ctx, storeBackoff.Delay(attempt)) {
+			return
+		}
+	}
+}
+
+// seedWatermarks reads member's stored watermark and the global one (0 when
+// absent).
+func seedWatermarks(ctx context.Context, store *shard.Store, member shard.Member) (own, global int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	members, err := store.Members(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	// Members keys each member "group|id".
+	own = max(members[member.Group+"|"+member.ID], 0)
+	global, _, err = store.Watermark(ctx)
+	return own, global, err
+}
+
+// raiseEvidence moves the evidence up to ms; it never moves back.
+func (s *source) raiseEvidence(ms int64) {
+	for {
+		cur := s.evidence.Load()
+		if ms <= cur || s.evidence.CompareAndSwap(cur, ms) {
+			return
+		}
+	}
 }
 
 // onProbe passes a returned probe to the pipeline as a barrier. A probe
@@ -367,7 +462,13 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 func (s *source) onProbe(m mqtt.Message) {
 	m.Ack()
 	ms, err := strconv.ParseInt(string(m.Payload()), 10, 64)
-	if err != nil || ms <= 0 || ms < s.connectedAt.Load() {
+	if err != nil || ms <= 0 {
+		return
+	}
+	// Whatever connection it was sent on, the probe was sent at ms: what
+	// comes after it reached the broker later.
+	s.raiseEvidence(ms)
+	if ms < s.connectedAt.Load() {
 		return
 	}
 	s.pipe.enqueueBarrier(ms)

@@ -157,7 +157,7 @@ func (l *fleetLoad) write(ctx context.Context, ws []*shard.Writer) {
 		var wg sync.WaitGroup
 		for k, w := range ws {
 			wg.Go(func() {
-				if _, err := w.Upsert(ctx, shard.Deadlines, parts[k]); err != nil {
+				if _, err := w.Upsert(ctx, shard.Deadlines, parts[k], nil); err != nil {
 					if ctx.Err() == nil {
 						l.t.Errorf("writer %s: %v", w.Name(), err)
 					}
@@ -630,7 +630,7 @@ func TestCrossingBeforeTopologyIsSeen(t *testing.T) {
 	}
 	later := time.Now().Add(time.Hour).UnixMilli()
 	w := shard.NewWriter(h.store, "w", func() shard.Topology { t, _ := h.store.Topology(h.ctx); return t }, h.store.Topology)
-	if _, err := w.Upsert(h.ctx, shard.Deadlines, []shard.Entry{{ID: id, Deadline: later}}); err != nil {
+	if _, err := w.Upsert(h.ctx, shard.Deadlines, []shard.Entry{{ID: id, Deadline: later}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	s, _ := h.scanner("a", nil)

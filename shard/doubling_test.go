@@ -79,7 +79,7 @@ func TestFloorRefusesStaleWriters(t *testing.T) {
 		es = append(es, shard.Entry{ID: fmt.Sprintf("dev-%02d", k), Deadline: 1000})
 	}
 	// Before the floor, a write placed under the old topology lands.
-	if _, refused, err := s.UpsertAt(ctx, shard.Deadlines, old.Epoch, shard.Place(es[:20], 4)); err != nil || len(refused) != 0 {
+	if _, refused, err := s.UpsertAt(ctx, shard.Deadlines, old.Epoch, shard.Place(es[:20], 4), nil); err != nil || len(refused) != 0 {
 		t.Fatalf("write before the floor: refused %v, err %v; want it written", refused, err)
 	}
 	for i := range 4 {
@@ -94,7 +94,7 @@ func TestFloorRefusesStaleWriters(t *testing.T) {
 		}
 	}
 	stale := shard.Place(es[20:], 4)
-	_, refused, err := s.UpsertAt(ctx, shard.Deadlines, old.Epoch, stale)
+	_, refused, err := s.UpsertAt(ctx, shard.Deadlines, old.Epoch, stale, nil)
 	if err != nil || len(refused) != len(stale) {
 		t.Fatalf("write after the floor: refused %v of %d shards, err %v; want every shard refused", refused, len(stale), err)
 	}
@@ -111,7 +111,7 @@ func TestFloorRefusesStaleWriters(t *testing.T) {
 	for _, e := range es[:20] {
 		later = append(later, shard.Entry{ID: e.ID, Deadline: 2000})
 	}
-	if added, refused, err := s.UpsertAt(ctx, shard.Deadlines, old.Epoch, shard.Place(later, 4)); err != nil || len(refused) != 0 || len(added) != 0 {
+	if added, refused, err := s.UpsertAt(ctx, shard.Deadlines, old.Epoch, shard.Place(later, 4), nil); err != nil || len(refused) != 0 || len(added) != 0 {
 		t.Fatalf("push of present members after the floor: added %v, refused %v, err %v; want pushed, nothing added", added, refused, err)
 	}
 	for _, e := range later {
@@ -123,7 +123,7 @@ func TestFloorRefusesStaleWriters(t *testing.T) {
 	// A lagging writer: it still places under the old topology; the floor
 	// makes it read the new one and place again.
 	w := shard.NewWriter(s, "laggard", func() shard.Topology { return old }, s.Topology)
-	added, err := w.Upsert(ctx, shard.Deadlines, es[20:])
+	added, err := w.Upsert(ctx, shard.Deadlines, es[20:], nil)
 	if err != nil || len(added) != 20 {
 		t.Fatalf("writer upsert: added %d, err %v; want 20 added", len(added), err)
 	}

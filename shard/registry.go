@@ -182,6 +182,31 @@ func (s *Store) ClearLost(ctx context.Context, id string, deadline int64) (prev 
 	return prev, true, nil
 }
 
+// LostMarks reads, in one round trip, the deadline each id of ids was
+// declared lost at (0 if it is not marked lost). A mark that does not parse
+// reads as 0: it is no evidence of a loss.
+func (s *Store) LostMarks(ctx context.Context, ids []string) ([]int64, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cmds := make(rueidis.Commands, len(ids))
+	for j, id := range ids {
+		cmds[j] = s.c.B().Hget().Key(s.k.Lost(id)).Field(id).Build()
+	}
+	out := make([]int64, len(ids))
+	for j, r := range s.c.DoMulti(ctx, cmds...) {
+		v, err := r.ToString()
+		if rueidis.IsRedisNil(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("shard: read lost marks: %w", err)
+		}
+		out[j], _, _ = parseLostMark(v)
+	}
+	return out, nil
+}
+
 // Devices reads the registry entries and lost marks of ids in one round
 // trip; a missing entry is the zero Device.
 func (s *Store) Devices(ctx context.Context, ids []string) ([]Device, error) {

@@ -17,9 +17,18 @@ import (
 // byShard under the topology in force. Writers that may lag behind the
 // topology (ingest) use a Writer, which places, fences and re-places.
 func (s *Store) Upsert(ctx context.Context, f Family, byShard map[int][]Entry) ([]string, error) {
-	added, _, err := s.UpsertAt(ctx, f, 0, byShard)
+	added, _, err := s.UpsertAt(ctx, f, 0, byShard, nil)
 	return added, err
 }
+
+// Admit decides which entries found absent from their shard may be added
+// (and those added at a lower deadline since the native write, which may be
+// gone again by the time the script runs): a device that is absent is new,
+// or was lost, and a late signal must not bring it back (DESIGN.md
+// invariant 8). It returns the entries to write; the others are left out.
+// An error fails the write, which the caller retries. A nil Admit admits
+// all.
+type Admit func(ctx context.Context, absent []Entry) ([]Entry, error)
 
 // upsertScript pushes deadlines forward and reports which members are new.
 // A writer that placed its timers under a topology older than the shard's
@@ -94,7 +103,12 @@ return added`)
 // ids found absent or scored below their new deadline go to upsertScript,
 // which adds them. An id already at this deadline or later needs nothing:
 // GT would leave it as it is.
-func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map[int][]Entry) (added []string, refused []int, err error) {
+//
+// With admit set, the ids that need the script go through admit first and
+// only those it returns are written; the rest are left out, unwritten. So
+// that no id is added unadmitted, a failed native call then fails the
+// shard's write instead of leaving it all to the script.
+func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map[int][]Entry, admit Admit) (added []string, refused []int, err error) {
 	if len(byShard) == 0 {
 		return nil, nil, nil
 	}
@@ -123,10 +137,17 @@ func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map
 	var short []int
 	var reads rueidis.Commands
 	todo := make(map[int][]Entry)
+	fail := func(rerr error) {
+		if err == nil {
+			err = fmt.Errorf("shard: upsert: %w", rerr)
+		}
+	}
 	for j, r := range s.c.DoMulti(ctx, cmds...) {
 		i := shards[j]
 		n, rerr := r.AsInt64()
 		switch {
+		case rerr != nil && admit != nil:
+			fail(rerr)
 		case rerr != nil:
 			todo[i] = uniq[i] // the script does it all again, idempotently
 		case n != int64(len(uniq[i])):
@@ -141,14 +162,26 @@ func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map
 	for j, r := range s.c.DoMulti(ctx, reads...) {
 		i := short[j]
 		scores, rerr := r.ToArray()
-		if rerr != nil || len(scores) != len(uniq[i]) {
-			todo[i] = uniq[i]
+		if rerr == nil && len(scores) != len(uniq[i]) {
+			rerr = fmt.Errorf("ZMSCORE returned %d scores for %d ids", len(scores), len(uniq[i]))
+		}
+		if rerr != nil {
+			if admit != nil {
+				fail(rerr)
+			} else {
+				todo[i] = uniq[i]
+			}
 			continue
 		}
 		for k, e := range uniq[i] {
 			if sc, serr := scores[k].AsFloat64(); serr != nil || sc < float64(e.Deadline) {
 				todo[i] = append(todo[i], e)
 			}
+		}
+	}
+	if admit != nil && len(todo) > 0 {
+		if todo, err = s.admit(ctx, admit, todo, err); len(todo) == 0 {
+			return nil, nil, err
 		}
 	}
 	ep := strconv.FormatInt(epoch, 10)
@@ -170,11 +203,38 @@ func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map
 			added = append(added, ids...)
 		case errors.Is(rerr, ErrStaleTopology):
 			refused = append(refused, rest[j])
-		case err == nil:
-			err = fmt.Errorf("shard: upsert: %w", rerr)
+		default:
+			fail(rerr)
 		}
 	}
 	return added, refused, err
+}
+
+// admit passes the entries of todo through admit, all shards in one call,
+// and returns what it admitted, by shard. A failed admit fails the write:
+// nothing unadmitted is written. err is the write's error so far.
+func (s *Store) admit(ctx context.Context, admit Admit, todo map[int][]Entry, err error) (map[int][]Entry, error) {
+	var all []Entry
+	for _, es := range todo {
+		all = append(all, es...)
+	}
+	ok, aerr := admit(ctx, all)
+	if aerr != nil {
+		return nil, errors.Join(err, fmt.Errorf("shard: upsert: admit: %w", aerr))
+	}
+	in := make(map[string]bool, len(ok))
+	for _, e := range ok {
+		in[e.ID] = true
+	}
+	out := make(map[int][]Entry, len(todo))
+	for i, es := range todo {
+		for _, e := range es {
+			if in[e.ID] {
+				out[i] = append(out[i], e)
+			}
+		}
+	}
+	return out, err
 }
 
 // latest returns es with each id once, at its latest deadline. It returns

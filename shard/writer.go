@@ -74,18 +74,19 @@ func Place(es []Entry, n int) map[int][]Entry {
 }
 
 // Upsert places es under the writer's topology and pushes their deadlines
-// forward, as Store.Upsert does. Entries a shard refuses (the writer lagged
+// forward, as Store.Upsert does, adding an absent id only if admit (nil:
+// all) admits it. Entries a shard refuses (the writer lagged
 // behind a drained doubling) are placed again under a freshly read topology
 // and written there. It returns the ids that were absent. Like Store.Upsert
 // it is idempotent and may be retried.
-func (w *Writer) Upsert(ctx context.Context, f Family, es []Entry) ([]string, error) {
+func (w *Writer) Upsert(ctx context.Context, f Family, es []Entry, admit Admit) ([]string, error) {
 	t := w.current()
 	w.begin(t)
 	defer func() { w.end(t) }()
 	by := Place(es, t.Shards)
 	var added []string
 	for {
-		a, refused, err := w.store.UpsertAt(ctx, f, t.Epoch, by)
+		a, refused, err := w.store.UpsertAt(ctx, f, t.Epoch, by, admit)
 		added = append(added, a...)
 		if err != nil || len(refused) == 0 {
 			return added, err

@@ -136,7 +136,7 @@ func Measure(ctx context.Context, opts Options) (Result, error) {
 		for _, id := range ids[lo:min(lo+opts.Batch, len(ids))] {
 			es = append(es, shard.Entry{ID: id, Deadline: dl})
 		}
-		if _, err := w.Upsert(ctx, shard.Deadlines, es); err != nil {
+		if _, err := w.Upsert(ctx, shard.Deadlines, es, nil); err != nil {
 			return Result{}, fmt.Errorf("doubling: preload: %w", err)
 		}
 	}
@@ -226,7 +226,7 @@ func write(ctx context.Context, store *shard.Store, w *shard.Writer, ids []strin
 		for j := range es {
 			es[j] = shard.Entry{ID: ids[rng.IntN(len(ids))], Deadline: dl}
 		}
-		added, err := w.Upsert(ctx, shard.Deadlines, es)
+		added, err := w.Upsert(ctx, shard.Deadlines, es, nil)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

@@ -132,3 +132,48 @@ func (e *Engine) cross(ctx context.Context, i, prev, cur int, due []shard.Entry)
 	}
 	return fire, stale, nil
 }
+
+// revivedElsewhere tells the handler of each moved entry of shard i it fired
+// that a reset revived in the partner shard meanwhile: a signal written
+// under the other topology lands there, not in the fired copy, so the
+// settle cannot see it. The writer found the device absent there and, if
+// it did so before the device was marked lost, announced no recovery; the
+// handler does (Revived clears the mark only if it is still the one of
+// this deadline, so a recovery already announced is not announced again).
+// It reads the partners after the settle, so after the mark: a reset it
+// misses was written after it, and its writer saw the mark.
+func (e *Engine) revivedElsewhere(ctx context.Context, i, prev, cur int, handled []shard.Entry) error {
+	var (
+		fired  []shard.Entry
+		shards []int
+		ids    []string
+	)
+	for _, f := range handled {
+		old, nw := shard.Of(f.ID, prev), shard.Of(f.ID, cur)
+		if old == nw || (i != old && i != nw) {
+			continue
+		}
+		partner := nw
+		if i == nw {
+			partner = old
+		}
+		fired, shards, ids = append(fired, f), append(shards, partner), append(ids, f.ID)
+	}
+	if len(fired) == 0 {
+		return nil
+	}
+	sc, present, err := e.store.Scores(ctx, e.opts.Family, shards, ids)
+	if err != nil {
+		return fmt.Errorf("queue: shard %d: partner scores after firing: %w", i, err)
+	}
+	for k, f := range fired {
+		if !present[k] || sc[k] <= f.Deadline {
+			continue
+		}
+		e.m.revived.Inc()
+		if err := e.h.Revived(ctx, f, shard.Entry{ID: f.ID, Deadline: sc[k]}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -95,7 +95,7 @@ func sleepOrWake(ctx context.Context, stop <-chan struct{}, d time.Duration, wak
 // the clock and the watermark) → crossing rule → the handler fires → settle
 // (fenced compare-and-remove of what it handled and of stale copies, moves
 // applied if unchanged) → the handler is told of fired entries a reset
-// revived meanwhile.
+// revived meanwhile, in this shard or, for a moved device, in its partner.
 func (e *Engine) step(ctx context.Context, i int, lease shard.Lease) (time.Duration, <-chan struct{}, error) {
 	now := e.opts.Now()
 	wm, outages, err := e.wm.get(ctx)
@@ -131,7 +131,8 @@ func (e *Engine) step(ctx context.Context, i int, lease shard.Lease) (time.Durat
 	// While a doubling drains, moved members are checked against their
 	// partner shard first; stale copies are removed without firing.
 	var stale []shard.Entry
-	if prev, cur, ok := crossing(e.topo.Current(), c.Layout); ok {
+	prev, cur, moving := crossing(e.topo.Current(), c.Layout)
+	if moving {
 		if due, stale, err = e.cross(ctx, i, prev, cur, due); err != nil {
 			return 0, nil, err
 		}
@@ -161,6 +162,11 @@ func (e *Engine) step(ctx context.Context, i int, lease shard.Lease) (time.Durat
 		e.m.revived.Add(float64(len(st.Revived)))
 		if err := e.revived(ctx, handled, st.Revived); err != nil {
 			return 0, nil, err
+		}
+		if moving {
+			if err := e.revivedElsewhere(ctx, i, prev, cur, handled); err != nil {
+				return 0, nil, err
+			}
 		}
 	}
 	if fireErr != nil {

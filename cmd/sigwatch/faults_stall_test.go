@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/internal/testenv"
+)
+
+// TestStalledReplicaBringsNothingBack proves invariant 8 (late is not new)
+// with real processes: one of two replicas is frozen (SIGSTOP) for three
+// lease times while a 500-device fleet keeps signalling and some devices go
+// silent; the other replica reports them lost. When the frozen one resumes,
+// it drains its backlog of old signals. Nothing may come back: no
+// `recovered`, exactly one `lost` id per silenced device, none early, no
+// live device lost — with each replica consuming the whole stream and with
+// the two sharing a group, with receive and with payload timestamps.
+func TestStalledReplicaBringsNothingBack(t *testing.T) {
+	for _, c := range []struct{ group, mode string }{
+		{"", "receive"}, {"", "payload"}, {"sigwatch", "receive"}, {"sigwatch", "payload"},
+	} {
+		name := "redundant"
+		if c.group != "" {
+			name = "shared"
+		}
+		t.Run(name+"/"+c.mode, func(t *testing.T) {
+			stallReplica(t, c.group, c.mode)
+		})
+	}
+}
+
+func stallReplica(t *testing.T, group, mode string) {
+	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
+	const (
+		threshold = 2 * time.Second
+		lease     = 2 * time.Second
+		pause     = 3 * lease
+	)
+	settings := []string{
+		"SIGWATCH_THRESHOLDS_DEFAULT=" + threshold.String(),
+		"SIGWATCH_SCANNER_LEASE_TTL=" + lease.String(),
+		"SIGWATCH_MQTT_SHARED_GROUP=" + group,
+		"SIGWATCH_TIMESTAMP_MODE=" + mode,
+		"SIGWATCH_LOG_LEVEL=info",
+	}
+	a := startProc(t, env, "a", append(settings, "SIGWATCH_MQTT_CLIENT_ID=sigwatch-a")...)
+	startProc(t, env, "b", append(settings, "SIGWATCH_MQTT_CLIENT_ID=sigwatch-b")...)
+	lost := watchLost(t, env)
+	recovered := testenv.RecordStream[dispatch.Recovered](t, env.Conn(t), "SIGWATCH", "sigwatch.recovered.>")
+	d := startFleet(t, env.Mosquitto.URL, 500, 500*time.Millisecond, mode == "payload")
+	time.Sleep(3 * time.Second)
+
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = a.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume) // a stopped process ignores the SIGKILL of the cleanup until continued
+	// Devices go silent during the first second of the pause: the working
+	// replica reports them lost while the frozen one still holds their
+	// signals in its backlog.
+	for i := 0; i < 50; i++ {
+		d.silence(d.ids[i*10])
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(time.Until(stopped.Add(pause)))
+	resume()
+	t.Logf("replica a frozen for %v", time.Since(stopped).Round(time.Millisecond))
+
+	waitAllLost(t, lost, d, 30*time.Second)
+	// The backlog drains, and a false recovery would be lost again a
+	// threshold later: watch for twice that.
+	neverLiveLost(t, lost, d, 2*threshold+time.Second)
+
+	silenced := d.silenced()
+	var falseBack, multi, maxIDs, early int
+	for _, ev := range recovered.Bodies(nil) {
+		falseBack++
+		if _, ok := silenced[ev.Device]; !ok {
+			t.Logf("recovered event for live device %s: %+v", ev.Device, ev)
+		}
+	}
+	for id, evs := range byDevice(lost) {
+		if _, ok := silenced[id]; !ok {
+			continue // neverLiveLost reports these
+		}
+		ids := map[string]bool{}
+		for _, ev := range evs {
+			ids[ev.ID] = true
+			d.mu.Lock()
+			last := d.last[id]
+			d.mu.Unlock()
+			if ev.FiredAt < ev.Deadline || time.UnixMilli(ev.FiredAt).Before(last.Add(threshold).Truncate(time.Millisecond)) {
+				early++
+			}
+		}
+		if len(ids) != 1 {
+			multi++
+		}
+		maxIDs = max(maxIDs, len(ids))
+	}
+	t.Logf("%d silenced devices: %d recovered events, %d with more than one lost id (at most %d), %d early lost events",
+		len(silenced), falseBack, multi, maxIDs, early)
+	if falseBack != 0 || multi != 0 || early != 0 {
+		t.Errorf("got %d recovered events, %d devices with more than one lost id, %d early; want 0, 0, 0", falseBack, multi, early)
+	}
+	checkExactlySilenced(t, lost, d, threshold)
+}
+
+// startFleet is startDevices whose devices, with stamped set, carry their
+// send time in the payload ("ts", unix ms) for timestamp.mode payload.
+func startFleet(t *testing.T, broker string, n int, period time.Duration, stamped bool) *devices {
+	t.Helper()
+	if !stamped {
+		return startDevices(t, broker, n, period)
+	}
+	c := testenv.MQTT(t, mqtt.NewClientOptions().AddBroker(broker).SetClientID(fmt.Sprintf("e2e-fleet-%d", time.Now().UnixNano())).
+		SetAutoReconnect(true).SetOrderMatters(false))
+	d := &devices{t: t, c: c, period: period, silentAt: map[string]time.Time{}, last: map[string]time.Time{}}
+	for i := 0; i < n; i++ {
+		d.ids = append(d.ids, fmt.Sprintf("e2e-%04d", i))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			d.mu.Lock()
+			var live []string
+			for _, id := range d.ids {
+				if _, silent := d.silentAt[id]; !silent {
+					live = append(live, id)
+				}
+			}
+			d.mu.Unlock()
+			toks := make([]mqtt.Token, len(live))
+			sent := make([]time.Time, len(live))
+			for j, id := range live {
+				sent[j] = time.Now()
+				toks[j] = c.Publish("devices/"+id+"/signal", 1, false, fmt.Appendf(nil, `{"ts":%d}`, sent[j].UnixMilli()))
+			}
+			for j, tok := range toks {
+				if tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
+					d.mu.Lock()
+					d.last[live[j]] = sent[j]
+					d.mu.Unlock()
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return d
+}
