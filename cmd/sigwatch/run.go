@@ -36,13 +36,13 @@ type App struct {
 	store     *shard.Store
 	scanStore *shard.Store
 	// clock is the one time base every role and handler decides on.
-	clock     *clock.Clock
-	topo      *shard.Watcher
-	thr       *shard.Thresholds
-	devices   *shard.Devices // the API's per-device operations
-	pub       *dispatch.Publisher
-	in        *ingest.Ingest
-	sc        *scanner.Scanner
+	clock   *clock.Clock
+	topo    *shard.Watcher
+	thr     *shard.Thresholds
+	devices *shard.Devices // the API's per-device operations
+	pub     *dispatch.Publisher
+	in      *ingest.Ingest
+	sc      *scanner.Scanner
 
 	// timers and rtopo are the alarm's repeat timer queue and its
 	// topology; alarms serves the alarm role and the API's ack and mutes
