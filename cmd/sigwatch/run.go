@@ -97,6 +97,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if a.clock, err = clock.New(a.store.Time, clock.Options{Skew: skew}, a.reg, log.With("role", "clock")); err != nil {
 		return nil, err
 	}
+	// Every role decides on Redis time from its first step (invariant 9).
+	if err := a.clock.Sync(ctx); err != nil {
+		return nil, err
+	}
 	if a.topo, err = shard.NewWatcher(ctx, a.store, cfg.Shards.Initial, 500*time.Millisecond, log); err != nil {
 		return nil, err
 	}
@@ -170,6 +174,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 
 	ok = true
 	// Added in start order; the group stops them in reverse.
+	a.g.Go("clock", func(ctx context.Context) error { a.clock.Run(ctx); return nil })
 	a.g.Go("topology", func(ctx context.Context) error { a.topo.Run(ctx); return nil })
 	a.g.Go("thresholds", func(ctx context.Context) error { a.thr.Run(ctx, time.Second, log); return nil })
 	if a.rtopo != nil {
@@ -200,8 +205,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		log.Info("sigwatch stopped")
 		close(a.done)
 	}()
+	offset, uncertainty := a.clock.Offset()
 	log.Info("sigwatch started", "roles", strings.Join(cfg.Roles, ","), "shards", a.topo.Current().Shards,
-		"epoch", a.topo.Current().Epoch, "http", a.HTTPAddr())
+		"epoch", a.topo.Current().Epoch, "http", a.HTTPAddr(), "clock_offset", offset.String(), "clock_uncertainty", uncertainty.String())
 	return a, nil
 }
 
