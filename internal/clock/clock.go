@@ -13,8 +13,10 @@
 // then disagree by their two estimates' errors plus the drift of their
 // monotonic clocks between refreshes, not by their hosts' skew.
 //
-// Now never goes backwards within a process: when a refresh lowers the
-// offset, Now holds still until the local clock catches up.
+// Until the first Sync, Now reads the local clock; a process syncs before
+// anything decides on it. From then on Now never goes backwards within a
+// process: when a refresh lowers the offset, Now holds still until the
+// local clock catches up.
 package clock
 
 import (
@@ -94,8 +96,8 @@ func (c *Clock) local() time.Time {
 	return c.start.Add(time.Since(c.start) + c.opts.Skew)
 }
 
-// Now returns the reference time as this process estimates it. It never
-// returns an earlier time than it returned before.
+// Now returns the reference time as this process estimates it. After the
+// first Sync it never returns an earlier time than it returned before.
 func (c *Clock) Now() time.Time {
 	t := c.local().UnixNano() + c.offset.Load()
 	for {
@@ -152,6 +154,11 @@ func (c *Clock) Sync(ctx context.Context) error {
 	}
 	prev := time.Duration(c.offset.Swap(int64(best.offset)))
 	first := !c.synced.Swap(true)
+	if first {
+		// Readings before the first estimate were local time, which is
+		// not the time base: nothing holds Now back to them.
+		c.last.Store(0)
+	}
 	c.m.set(best)
 	if !first && absDur(best.offset-prev) > c.opts.WarnOffset {
 		c.log.Warn("the time base moved: Redis server time or this host's clock was stepped",
