@@ -164,6 +164,10 @@ func (c *Clock) Sync(ctx context.Context) error {
 		c.log.Warn("the time base moved: Redis server time or this host's clock was stepped",
 			"step", (best.offset - prev).String(), "offset", best.offset.String())
 	}
+	if unc := best.rtt / 2; unc > c.opts.WarnOffset/4 {
+		c.warn.Warn(c.log, "uncertainty", "round trips to Redis are slow: this process's clock may be off Redis time by up to "+
+			"the uncertainty, and sigwatch assumes its processes agree within 1s", "uncertainty", unc.String())
+	}
 	if absDur(best.offset) > c.opts.WarnOffset {
 		c.warn.Warn(c.log, "offset", "this host's clock differs from Redis server time; sigwatch runs on Redis time, "+
 			"but check the host's time sync (NTP)", "offset", best.offset.String(), "uncertainty", (best.rtt / 2).String())
