@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -123,8 +124,8 @@ func runClockSkew(t *testing.T, group string) {
 	cfg := []string{"SIGWATCH_THRESHOLDS_DEFAULT=" + threshold.String(), "SIGWATCH_ALARM_INTERVAL=" + interval.String(),
 		"SIGWATCH_MQTT_SHARED_GROUP=" + group, "SIGWATCH_LOG_LEVEL=info"}
 	members := watchMembers(t, env)
-	startProc(t, env, "ahead", append(cfg, "SIGWATCH_MQTT_CLIENT_ID=sigwatch-ahead", "SIGWATCH_TEST_CLOCK_SKEW="+skew.String())...)
-	startProc(t, env, "behind", append(cfg, "SIGWATCH_MQTT_CLIENT_ID=sigwatch-behind", "SIGWATCH_TEST_CLOCK_SKEW=-"+skew.String())...)
+	ahead := startProc(t, env, "ahead", append(cfg, "SIGWATCH_MQTT_CLIENT_ID=sigwatch-ahead", "SIGWATCH_TEST_CLOCK_SKEW="+skew.String())...)
+	behind := startProc(t, env, "behind", append(cfg, "SIGWATCH_MQTT_CLIENT_ID=sigwatch-behind", "SIGWATCH_TEST_CLOCK_SKEW=-"+skew.String())...)
 	l := watchLost(t, env)
 	alarms := watchAlarms(t, env)
 	d := startDevices(t, env.Mosquitto.URL, 200, 300*time.Millisecond)
@@ -267,6 +268,16 @@ func runClockSkew(t *testing.T, group string) {
 	t.Logf("ingest members %d, scanner replicas %d, evictions seen %d", in, sc, len(evicted))
 	if len(evicted) > 0 {
 		t.Errorf("members dropped while both processes ran (%d), first: %s", len(evicted), strings.Join(evicted[:min(5, len(evicted))], "; "))
+	}
+	// The operator is told that the hosts' clocks are off.
+	for _, p := range []*proc{ahead, behind} {
+		b, err := os.ReadFile(p.log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "differs from Redis server time") {
+			t.Errorf("%s logged nothing about its clock being %v off", p.log, skew)
+		}
 	}
 	if _, outs, err := env.Store(t, "sw").Watermark(context.Background()); err != nil {
 		t.Fatal(err)
