@@ -67,9 +67,10 @@ type Clock struct {
 
 	// start is the local time at New, with its monotonic reading: the
 	// local clock is start plus the monotonic time since, so a step of
-	// the host's wall clock moves nothing until the next refresh.
+	// the host's wall clock moves nothing.
 	start  time.Time
 	offset atomic.Int64 // ns from the local clock to the reference
+	unc    atomic.Int64 // ns, half the round trip of the offset's sample
 	synced atomic.Bool  // an offset was estimated at least once
 	last   atomic.Int64 // the latest Now returned, unix ns
 }
@@ -114,7 +115,7 @@ func (c *Clock) Now() time.Time {
 // Offset returns the offset from the local clock to the reference, and
 // its uncertainty (half the round trip of the sample it came from).
 func (c *Clock) Offset() (offset, uncertainty time.Duration) {
-	return time.Duration(c.offset.Load()), time.Duration(c.m.uncertaintyNS.Load())
+	return time.Duration(c.offset.Load()), time.Duration(c.unc.Load())
 }
 
 // sample is one TIME round trip.
@@ -153,6 +154,7 @@ func (c *Clock) Sync(ctx context.Context) error {
 		return fmt.Errorf("clock: read the reference clock: %w", errors.Join(errs...))
 	}
 	prev := time.Duration(c.offset.Swap(int64(best.offset)))
+	c.unc.Store(int64(best.rtt / 2))
 	first := !c.synced.Swap(true)
 	if first {
 		// Readings before the first estimate were local time, which is

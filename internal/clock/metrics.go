@@ -2,7 +2,6 @@ package clock
 
 import (
 	"fmt"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -12,8 +11,6 @@ type metrics struct {
 	offset      prometheus.Gauge
 	uncertainty prometheus.Gauge
 	errors      prometheus.Counter
-
-	uncertaintyNS atomic.Int64
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -38,5 +35,4 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 func (m *metrics) set(s sample) {
 	m.offset.Set(s.offset.Seconds())
 	m.uncertainty.Set((s.rtt / 2).Seconds())
-	m.uncertaintyNS.Store(int64(s.rtt / 2))
 }
