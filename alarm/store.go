@@ -64,9 +64,13 @@ func (a *Alarms) current(ctx context.Context, id string) (int64, error) {
 	return best, nil
 }
 
-// armSkew is how far the clocks of two sigwatch hosts may disagree: a timer
-// scored up to this far ahead of our clock may already be claimed by a
-// scanner, so arming changes its score rather than keep it.
+// armSkew is how far the clocks of two sigwatch processes may disagree: a
+// timer scored up to this far ahead of our clock may already be claimed by
+// another process's engine, so arming changes its score rather than keep
+// it. Every process runs on Redis server time (internal/clock), so they
+// disagree by the clocks' uncertainties (half a round trip to Redis each,
+// logged above a quarter of this bound) plus drift between refreshes: far
+// less than this, whatever the hosts' own clocks say.
 const armSkew = time.Second
 
 // arm makes id's repeat timer fire no later than at, before a transition

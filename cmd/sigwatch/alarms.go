@@ -90,7 +90,7 @@ func (a *App) postAck(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, `body must be empty, {"until": "2030-01-02T15:04:05Z" or unix ms} or {"for": "30m"}`)
 		return
 	}
-	now := time.Now()
+	now := a.clock.Now()
 	until, err := window(body.Until, body.For, now)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -138,7 +138,7 @@ func (a *App) postMute(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	now := time.Now()
+	now := a.clock.Now()
 	until, err := window(in.Until, in.For, now)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())

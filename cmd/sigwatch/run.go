@@ -18,6 +18,7 @@ import (
 	"github.com/sigwatch/sigwatch/alarm"
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/ingest"
+	"github.com/sigwatch/sigwatch/internal/clock"
 	"github.com/sigwatch/sigwatch/scanner"
 	"github.com/sigwatch/sigwatch/shard"
 )
@@ -34,12 +35,14 @@ type App struct {
 	// they would queue behind ingest's large pipelined batches.
 	store     *shard.Store
 	scanStore *shard.Store
-	topo      *shard.Watcher
-	thr       *shard.Thresholds
-	devices   *shard.Devices // the API's per-device operations
-	pub       *dispatch.Publisher
-	in        *ingest.Ingest
-	sc        *scanner.Scanner
+	// clock is the one time base every role and handler decides on.
+	clock   *clock.Clock
+	topo    *shard.Watcher
+	thr     *shard.Thresholds
+	devices *shard.Devices // the API's per-device operations
+	pub     *dispatch.Publisher
+	in      *ingest.Ingest
+	sc      *scanner.Scanner
 
 	// timers and rtopo are the alarm's repeat timer queue and its
 	// topology; alarms serves the alarm role and the API's ack and mutes
@@ -87,6 +90,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if a.store, err = shard.Dial(cfg.Redis); err != nil {
 		return nil, err
 	}
+	skew, err := testClockSkew()
+	if err != nil {
+		return nil, err
+	}
+	if a.clock, err = clock.New(a.store.Time, clock.Options{Skew: skew}, a.reg, log.With("role", "clock")); err != nil {
+		return nil, err
+	}
+	// Every role decides on Redis time from its first step (invariant 9).
+	if err := a.clock.Sync(ctx); err != nil {
+		return nil, err
+	}
 	if a.topo, err = shard.NewWatcher(ctx, a.store, cfg.Shards.Initial, 500*time.Millisecond, log); err != nil {
 		return nil, err
 	}
@@ -113,7 +127,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			Thresholds: a.thr, TimestampMode: cfg.Timestamp.Mode, MaxSkew: cfg.Timestamp.MaxSkew,
 			MaxIDLen: cfg.Ingest.MaxIDLen, BatchSize: cfg.Ingest.Batch, FlushInterval: cfg.Ingest.FlushInterval,
 			MaxInFlight: cfg.Ingest.MaxInFlight, ProbeInterval: cfg.Ingest.ProbeInterval,
-			OutageAfter: cfg.Ingest.OutageAfter, MemberTimeout: cfg.Ingest.MemberTimeout,
+			OutageAfter: cfg.Ingest.OutageAfter, MemberTimeout: cfg.Ingest.MemberTimeout, Now: a.clock.Now,
 		}, a.store, a.topo, a.pub, a.reg, log.With("role", "ingest"))
 		if err != nil {
 			return nil, err
@@ -125,7 +139,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		}
 		a.sc, err = scanner.New(scanner.Options{
 			Replica: replicaID(), LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll,
-			Batch: cfg.Scanner.Batch, Thresholds: a.thr,
+			Batch: cfg.Scanner.Batch, Thresholds: a.thr, Now: a.clock.Now,
 		}, a.scanStore, a.topo, a.pub, a.reg, log.With("role", "scanner"))
 		if err != nil {
 			return nil, err
@@ -145,6 +159,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		a.alarms, err = alarm.New(alarm.Options{
 			Policy: cfg.Alarm.Policy, Replica: replica, AckWait: cfg.Alarm.AckWait,
 			LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll, Batch: cfg.Scanner.Batch,
+			Now: a.clock.Now,
 		}, a.store, a.topo, a.timers, a.rtopo, a.pub, a.reg, log.With("role", "alarm"))
 		if err != nil {
 			return nil, err
@@ -159,6 +174,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 
 	ok = true
 	// Added in start order; the group stops them in reverse.
+	a.g.Go("clock", func(ctx context.Context) error { a.clock.Run(ctx); return nil })
 	a.g.Go("topology", func(ctx context.Context) error { a.topo.Run(ctx); return nil })
 	a.g.Go("thresholds", func(ctx context.Context) error { a.thr.Run(ctx, time.Second, log); return nil })
 	if a.rtopo != nil {
@@ -189,8 +205,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		log.Info("sigwatch stopped")
 		close(a.done)
 	}()
+	offset, uncertainty := a.clock.Offset()
 	log.Info("sigwatch started", "roles", strings.Join(cfg.Roles, ","), "shards", a.topo.Current().Shards,
-		"epoch", a.topo.Current().Epoch, "http", a.HTTPAddr())
+		"epoch", a.topo.Current().Epoch, "http", a.HTTPAddr(), "clock_offset", offset.String(), "clock_uncertainty", uncertainty.String())
 	return a, nil
 }
 
@@ -216,6 +233,22 @@ func (a *App) Stop() error {
 func (a *App) Wait() error {
 	<-a.done
 	return a.err
+}
+
+// testClockSkew reads SIGWATCH_TEST_CLOCK_SKEW, a Go duration added to this
+// process's local clock. It is a test seam only: it lets the process tests
+// run hosts whose clocks disagree. It is not configuration and not
+// documented as such.
+func testClockSkew() (time.Duration, error) {
+	v := os.Getenv("SIGWATCH_TEST_CLOCK_SKEW")
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("SIGWATCH_TEST_CLOCK_SKEW: %w", err)
+	}
+	return d, nil
 }
 
 // HTTPAddr is the address the API listens on ("" without the api role).

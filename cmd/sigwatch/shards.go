@@ -33,7 +33,12 @@ func cmdShards(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer store.Close()
-	v, err := shardsStatus(ctx, store, time.Now())
+	// Lags are measured on Redis server time, the clock the roles run on.
+	now, err := store.Time(ctx)
+	if err != nil {
+		return err
+	}
+	v, err := shardsStatus(ctx, store, now)
 	if err != nil {
 		return err
 	}
@@ -44,7 +49,7 @@ func cmdShards(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "shards %d  prev %d  epoch %d  devices %d  watermark lag %dms\n\n",
 		v.Shards, v.Prev, v.Epoch, v.Devices, v.WatermarkLag)
-	printDrain(stdout, v.Drain, time.Now())
+	printDrain(stdout, v.Drain, now)
 	if rt := v.Timers; rt != nil {
 		fmt.Fprintf(stdout, "alarm repeat timers: shards %d  prev %d  epoch %d  timers %d\n\n", rt.Shards, rt.Prev, rt.Epoch, rt.Size)
 	}
@@ -79,7 +84,13 @@ func cmdShardsDouble(ctx context.Context, args []string, stdout io.Writer) error
 		return err
 	}
 	defer store.Close()
-	t, err := store.Double(ctx, time.Now())
+	// The drain compares the doubling's start with its own clock: stamp it
+	// on Redis server time, the clock the roles run on.
+	now, err := store.Time(ctx)
+	if err != nil {
+		return err
+	}
+	t, err := store.Double(ctx, now)
 	if err != nil {
 		return err
 	}
@@ -87,7 +98,7 @@ func cmdShardsDouble(ctx context.Context, args []string, stdout io.Writer) error
 		"Nothing is copied: every role switches within a second, and the old shards drain as their\n"+
 		"moved devices fall due (about one threshold). Watch it with `sigwatch shards status`.\n",
 		t.Prev, t.Shards, t.Epoch)
-	if note := doubleTimers(ctx, store, t); note != "" {
+	if note := doubleTimers(ctx, store, t, now); note != "" {
 		fmt.Fprintln(stdout, note)
 	}
 	return nil
@@ -99,7 +110,7 @@ func cmdShardsDouble(ctx context.Context, args []string, stdout io.Writer) error
 // their moved timers fire (up to the longest repeat interval or ack); while
 // it does, the next doubling of the deadlines leaves the timers behind,
 // which costs nothing but balance: each queue has its own topology.
-func doubleTimers(ctx context.Context, store *shard.Store, t shard.Topology) string {
+func doubleTimers(ctx context.Context, store *shard.Store, t shard.Topology, now time.Time) string {
 	timers := store.Alarm()
 	rt, err := timers.Topology(ctx)
 	switch {
@@ -108,7 +119,7 @@ func doubleTimers(ctx context.Context, store *shard.Store, t shard.Topology) str
 	case rt.Shards >= t.Shards:
 		return ""
 	}
-	nt, err := timers.Double(ctx, time.Now())
+	nt, err := timers.Double(ctx, now)
 	switch {
 	case errors.Is(err, shard.ErrDraining):
 		return fmt.Sprintf("alarm repeat timers: their previous doubling still drains; they stay at %d shards until a later doubling", rt.Shards)
@@ -121,12 +132,13 @@ func doubleTimers(ctx context.Context, store *shard.Store, t shard.Topology) str
 // postShardsDouble is POST /v1/shards/double: 200 with the new topology, 409
 // while a previous doubling drains.
 func (a *App) postShardsDouble(w http.ResponseWriter, r *http.Request) {
-	t, err := a.store.Double(r.Context(), time.Now())
+	now := a.clock.Now()
+	t, err := a.store.Double(r.Context(), now)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	if note := doubleTimers(r.Context(), a.store, t); note != "" {
+	if note := doubleTimers(r.Context(), a.store, t, now); note != "" {
 		a.log.Info(note)
 	}
 	writeJSON(w, http.StatusOK, t)
@@ -296,7 +308,7 @@ func shardsStatus(ctx context.Context, store *shard.Store, now time.Time) (shard
 }
 
 func (a *App) getShards(w http.ResponseWriter, r *http.Request) {
-	v, err := shardsStatus(r.Context(), a.store, time.Now())
+	v, err := shardsStatus(r.Context(), a.store, a.clock.Now())
 	if err != nil {
 		writeErr(w, err)
 		return
