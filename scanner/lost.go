@@ -23,6 +23,10 @@ type lost struct {
 	thr   *shard.Thresholds
 	m     *metrics
 	log   *slog.Logger
+
+	// beforePublish, a test seam, runs after a batch is claimed and marked
+	// and before its events are published.
+	beforePublish func(i int)
 }
 
 var _ queue.Handler = (*lost)(nil)
@@ -68,6 +72,9 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 		sent = append(sent, e)
 	}
 
+	if h.beforePublish != nil {
+		h.beforePublish(i)
+	}
 	errs := h.pub.Publish(ctx, msgs)
 	acked := make([]shard.Entry, 0, len(sent))
 	for j, e := range sent {
