@@ -108,10 +108,18 @@ func (p *Publisher) Connected() bool { return p.nc.IsConnected() }
 // stored; callers remove only what was published. A message JetStream
 // reports as a duplicate was stored before and counts as published.
 func (p *Publisher) Publish(ctx context.Context, msgs []Message) (errs []error) {
+	return p.publish(ctx, Fence{}, msgs)
+}
+
+func (p *Publisher) publish(ctx context.Context, fence Fence, msgs []Message) (errs []error) {
 	errs = make([]error, len(msgs))
 	if len(msgs) == 0 {
 		return errs
 	}
+	// Both modes wait for the server: core NATS for a flush (which needs a
+	// deadline), JetStream for the acknowledgements.
+	ctx, cancel := context.WithTimeout(ctx, p.opts.AckWait)
+	defer cancel()
 	if p.opts.Mode == Core {
 		var err error
 		for _, m := range msgs {
@@ -132,12 +140,11 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Message) (errs []error) 
 		}
 		return errs
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.opts.AckWait)
-	defer cancel()
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
 		nm := nats.NewMsg(m.Subject)
 		nm.Data = m.Body
+		fence.apply(nm)
 		f, err := p.js.PublishMsgAsync(nm, jetstream.WithMsgID(m.ID))
 		if err != nil {
 			errs[i] = fmt.Errorf("dispatch: publish %s: %w", m.Subject, err)
@@ -152,6 +159,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Message) (errs []error) 
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
+			if isFenced(err) {
+				err = fmt.Errorf("%w (%v)", ErrFenced, err)
+			}
 			errs[i] = fmt.Errorf("dispatch: publish %s: %w", msgs[i].Subject, err)
 		case <-ctx.Done():
 			errs[i] = fmt.Errorf("dispatch: publish %s: no ack: %w", msgs[i].Subject, ctx.Err())
