@@ -68,6 +68,15 @@ func (p *Publisher) Fence(ctx context.Context, scope string, i int, owner string
 	return Fence{Subject: subj, Seq: ack.Sequence}, nil
 }
 
+// FenceOf is the fence of shard i of scope at sequence seq, as Fence
+// returned it; seq 0 (no fence taken, or core NATS) is the zero Fence.
+func (p *Publisher) FenceOf(scope string, i int, seq uint64) Fence {
+	if seq == 0 || p.opts.Mode != JetStream {
+		return Fence{}
+	}
+	return Fence{Subject: p.subjects.Fence(scope, i), Seq: seq}
+}
+
 // PublishFenced is Publish with every message fenced by f: a message the
 // stream refuses because f is no longer the shard's last fence fails with
 // ErrFenced. With the zero Fence it is Publish.

@@ -2,6 +2,7 @@ package scanner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -18,23 +19,36 @@ const family = "deadlines"
 // lost is the deadline family's queue.Handler: a due deadline is a lost
 // device.
 type lost struct {
-	store *shard.Store
-	pub   *dispatch.Publisher
-	thr   *shard.Thresholds
-	m     *metrics
-	log   *slog.Logger
+	store   *shard.Store
+	pub     *dispatch.Publisher
+	thr     *shard.Thresholds
+	m       *metrics
+	log     *slog.Logger
+	replica string
 
 	// beforePublish, a test seam, runs after a batch is claimed and marked
 	// and before its events are published.
 	beforePublish func(i int)
 }
 
-var _ queue.Handler = (*lost)(nil)
+var (
+	_ queue.Handler = (*lost)(nil)
+	_ queue.Fencer  = (*lost)(nil)
+)
 
-// Fire publishes the lost events of b.Due, deferring the entries the outage
-// rule protects, and marks the published devices lost. It returns the
-// entries to remove (published and marked) and the deferrals. An error says
-// some entries were neither; they stay and are retried.
+// Fence fences the lost events of a shard whose lease replica owner has
+// just taken (see dispatch.Fence).
+func (h *lost) Fence(ctx context.Context, l shard.Lease) (uint64, error) {
+	f, err := h.pub.Fence(ctx, family, l.Shard, h.replica, l.Token())
+	return f.Seq, err
+}
+
+// Fire marks the devices of b.Due lost and publishes their lost events
+// under the shard's fence, deferring the entries the outage rule protects.
+// It returns the entries to remove (marked and published) and the
+// deferrals. An error says some entries were neither; they stay and are
+// retried. A publish the stream refuses because another replica fenced the
+// shard fails the batch with queue.ErrFenced.
 func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, moves []shard.Move, err error) {
 	i, due := b.Shard, b.Due
 	ids := make([]string, len(due))
@@ -72,36 +86,54 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 		sent = append(sent, e)
 	}
 
-	if h.beforePublish != nil {
-		h.beforePublish(i)
-	}
-	errs := h.pub.Publish(ctx, msgs)
-	acked := make([]shard.Entry, 0, len(sent))
+	// The devices are marked lost before they are published, so that an
+	// entry gone from its shard is always marked; a mark whose event is
+	// not published is undone.
+	marks := h.store.MarkLostMulti(ctx, sent, firedAt)
+	marked := make([]shard.Entry, 0, len(sent))
+	publish := make([]dispatch.Message, 0, len(sent))
 	for j, e := range sent {
-		if errs[j] != nil {
-			h.m.publishErrors.Inc()
+		if marks[j] != nil {
 			if err == nil {
-				err = fmt.Errorf("scanner: shard %d: %w", i, errs[j])
+				err = fmt.Errorf("scanner: shard %d: %w", i, marks[j])
 			}
 			continue
 		}
-		acked = append(acked, e)
+		marked = append(marked, e)
+		publish = append(publish, msgs[j])
 	}
-
-	marked := h.store.MarkLostMulti(ctx, acked, firedAt)
-	handled = make([]shard.Entry, 0, len(acked))
-	for j, e := range acked {
-		if marked[j] != nil {
-			// Not removed: it is claimed and published again (JetStream drops
-			// the duplicate) until the mark is stored.
-			if err == nil {
-				err = fmt.Errorf("scanner: shard %d: %w", i, marked[j])
+	if h.beforePublish != nil {
+		h.beforePublish(i)
+	}
+	fence := h.pub.FenceOf(family, i, b.Fence)
+	errs := h.pub.PublishFenced(ctx, fence, publish)
+	handled = make([]shard.Entry, 0, len(marked))
+	var unpublished []shard.Entry
+	for j, e := range marked {
+		if errs[j] != nil {
+			unpublished = append(unpublished, e)
+			switch {
+			case errors.Is(errs[j], dispatch.ErrFenced):
+				h.m.fenced.Inc()
+				err = fmt.Errorf("scanner: shard %d: %w: %w", i, queue.ErrFenced, errs[j])
+			case err == nil:
+				h.m.publishErrors.Inc()
+				err = fmt.Errorf("scanner: shard %d: %w", i, errs[j])
+			default:
+				h.m.publishErrors.Inc()
 			}
 			continue
 		}
 		handled = append(handled, e)
 		h.m.lost.Inc()
 		h.m.fireLag.Observe(float64(firedAt-e.Deadline) / 1e3)
+	}
+	// Not removed: the entries are claimed and published again (by this
+	// owner or the next); a mark left by a failed undo is written again then.
+	for j, uerr := range h.store.UnmarkLostMulti(context.WithoutCancel(ctx), unpublished, firedAt) {
+		if uerr != nil {
+			h.log.Warn("lost mark of an unpublished event not undone", "device", unpublished[j].ID, "err", uerr)
+		}
 	}
 	return handled, moves, err
 }

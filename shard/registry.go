@@ -151,6 +151,37 @@ func (s *Store) MarkLostMulti(ctx context.Context, lost []Entry, at int64) []err
 	return errs
 }
 
+// unmarkLostScript deletes a lost mark only if it is still the exact value
+// written: a later mark of the same deadline (another owner's) differs in
+// its time and stays.
+//
+// KEYS[1]: lost marks of the device's partition
+// ARGV[1]: device id; ARGV[2]: the mark's value, "<deadline>:<at>"
+// Returns: 1 if the mark was deleted, else 0.
+var unmarkLostScript = newScript(`
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  return redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 0`)
+
+// UnmarkLostMulti undoes MarkLostMulti(lost, at) for each entry whose mark
+// is still the one that call wrote, in one round trip, and returns one
+// error per entry. A scanner undoes the marks of events it could not
+// publish.
+func (s *Store) UnmarkLostMulti(ctx context.Context, lost []Entry, at int64) []error {
+	execs := make([]rueidis.LuaExec, len(lost))
+	for j, e := range lost {
+		execs[j] = rueidis.LuaExec{Keys: []string{s.k.Lost(e.ID)}, Args: []string{e.ID, lostMark(e.Deadline, at)}}
+	}
+	errs := make([]error, len(lost))
+	for j, r := range unmarkLostScript.execMulti(ctx, s.c, execs...) {
+		if err := r.Error(); err != nil {
+			errs[j] = fmt.Errorf("shard: undo lost mark: %w", err)
+		}
+	}
+	return errs
+}
+
 // clearLostScript clears the lost mark of a device if it is still the one
 // set for the given deadline.
 //
