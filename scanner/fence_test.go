@@ -139,3 +139,69 @@ func TestStaleOwnerPublishesNothingAfterLosingItsLease(t *testing.T) {
 	t.Logf("%d deadlines, %d lost messages stored, %d ids stored twice, %d live devices marked lost",
 		n, sum(stored), dup, marked)
 }
+
+// TestRepublishAfterLongOutageStoresNoSecondEvent proves invariant 11 for
+// the event that was stored but not settled: replica a publishes a batch
+// (the stream stores it) and loses Redis before it settles; b takes the
+// shard only after more than the de-duplication window and finds the batch
+// still due. b must not store the events a second time.
+func TestRepublishAfterLongOutageStoresNoSecondEvent(t *testing.T) {
+	h := newHarness(t, 1)
+	h.shortWindow()
+	h.advanceWatermark()
+
+	proxy := testenv.NewProxy(t, h.env.Redis.Addr)
+	storeA := testenv.StoreOn(t, []string{proxy.Addr}, "sw")
+	topoA, err := shard.NewWatcher(h.ctx, storeA, h.shards, time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	a, err := New(Options{Replica: "a", LeaseTTL: time.Second, Rebalance: 100 * time.Millisecond,
+		Poll: 10 * time.Millisecond, Batch: 64, Thresholds: shard.NewThresholds(storeA, threshold, nil)},
+		storeA, topoA, h.pub, prometheus.NewRegistry(), log.With("replica", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan struct{})
+	var once sync.Once
+	a.afterPublish = func(int) {
+		once.Do(func() {
+			proxy.Hold() // a cannot settle, renew or heartbeat
+			close(held)
+		})
+	}
+	const n = 20
+	now := time.Now().UnixMilli()
+	for k := range n {
+		h.add(shard.Entry{ID: fmt.Sprintf("dev-%02d", k), Deadline: now - 10})
+	}
+	h.run(a)
+	<-held
+	stored := time.Now()
+	if got := sum(h.streamLost()); got != n {
+		t.Fatalf("a stored %d lost events before it lost Redis, want %d", got, n)
+	}
+	// b starts once the window has passed since a's events were stored.
+	time.Sleep(time.Until(stored.Add(fenceDuplicates + 500*time.Millisecond)))
+	b, _ := h.scanner("b", nil)
+	h.run(b)
+	testenv.WaitFor(t, 10*time.Second, "b to settle the batch a left", func() bool {
+		for k := range n {
+			if _, ok := h.score(fmt.Sprintf("dev-%02d", k)); ok {
+				return false
+			}
+		}
+		return true
+	})
+	proxy.Release()
+	ids := h.streamLost()
+	twice := 0
+	for id, c := range ids {
+		if c != 1 {
+			twice++
+			t.Errorf("stream: %d lost messages with id %s, want 1", c, id)
+		}
+	}
+	t.Logf("%d deadlines: %d lost messages stored, %d ids stored twice", n, sum(ids), twice)
+}
