@@ -59,6 +59,9 @@ func (s Subjects) prefix() string {
 // Lost is the subject of lost events for a device type.
 func (s Subjects) Lost(typ string) string { return s.prefix() + ".lost." + s.types.token(typ) }
 
+// AllLost is the wildcard of every lost event's subject.
+func (s Subjects) AllLost() string { return s.prefix() + ".lost.>" }
+
 // Recovered is the subject of recovered events for a device type.
 func (s Subjects) Recovered(typ string) string {
 	return s.prefix() + ".recovered." + s.types.token(typ)

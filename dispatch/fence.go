@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -101,4 +102,70 @@ func isFenced(err error) bool {
 	}
 	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// Duplicates returns the stream's de-duplication window (nats.duplicates).
+func (p *Publisher) Duplicates() time.Duration { return p.opts.Duplicates }
+
+// storedBatch is how many message headers Stored reads per request.
+const storedBatch = 1000
+
+// Stored returns which of ids are the Nats-Msg-Id of a message the stream
+// stored on a subject matching filter since the given time (by the
+// server's clock), up to its last message at the call. It reads headers
+// only. A new owner of a shard asks it for events an earlier owner marked
+// more than the de-duplication window ago: JetStream would no longer drop
+// their re-publish, so what was stored must not be published again. In
+// core mode nothing is stored and it returns nothing.
+func (p *Publisher) Stored(ctx context.Context, filter string, since time.Time, ids []string) (map[string]bool, error) {
+	found := map[string]bool{}
+	if p.opts.Mode != JetStream || len(ids) == 0 {
+		return found, nil
+	}
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	ctx, cancel := context.WithTimeout(ctx, 4*p.opts.AckWait)
+	defer cancel()
+	s, err := p.js.Stream(ctx, p.opts.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: stored events: %w", err)
+	}
+	last := s.CachedInfo().State.LastSeq
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter},
+		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since, HeadersOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: stored events: %w", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: stored events: %w", err)
+	}
+	if info.NumPending == 0 {
+		return found, nil
+	}
+	for len(found) < len(want) {
+		batch, err := cons.Fetch(storedBatch, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("dispatch: stored events: %w", err)
+		}
+		n, done := 0, false
+		for m := range batch.Messages() {
+			n++
+			if id := m.Headers().Get(nats.MsgIdHdr); want[id] {
+				found[id] = true
+			}
+			if md, err := m.Metadata(); err == nil && (md.Sequence.Stream >= last || md.NumPending == 0) {
+				done = true
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return nil, fmt.Errorf("dispatch: stored events: %w", err)
+		}
+		if done || n == 0 {
+			break
+		}
+	}
+	return found, nil
 }

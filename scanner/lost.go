@@ -1,6 +1,7 @@
 package scanner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -89,9 +90,14 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 	// The devices are marked lost before they are published, so that an
 	// entry gone from its shard is always marked; a mark whose event is
 	// not published is undone.
-	marks := h.store.MarkLostMulti(ctx, sent, firedAt)
+	prev, marks := h.store.MarkLostSwapMulti(ctx, sent, firedAt)
+	replaced := make(map[string]shard.PrevMark, len(sent))
 	marked := make([]shard.Entry, 0, len(sent))
 	publish := make([]dispatch.Message, 0, len(sent))
+	var (
+		earlier []string // ids of events an earlier owner marked too long ago for de-duplication
+		since   int64
+	)
 	for j, e := range sent {
 		if marks[j] != nil {
 			if err == nil {
@@ -101,13 +107,40 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 		}
 		marked = append(marked, e)
 		publish = append(publish, msgs[j])
+		replaced[e.ID] = prev[j]
+		if p := prev[j]; p.Deadline == e.Deadline && firedAt-p.At > h.pub.Duplicates().Milliseconds()/2 {
+			earlier = append(earlier, msgs[j].ID)
+			since = min(cmp.Or(since, p.At), p.At)
+		}
+	}
+	if len(earlier) > 0 {
+		// The earlier owner may have published these before it stopped;
+		// JetStream would not drop a second copy any more, so the stream
+		// itself says which were stored. Anything stored is stored before
+		// this owner's fence, so the answer is complete. The margin covers
+		// the clock skew between that owner and the NATS server.
+		stored, serr := h.pub.Stored(ctx, h.pub.Subjects().AllLost(), time.UnixMilli(since).Add(-storedSkew), earlier)
+		if serr != nil {
+			h.undo(ctx, marked, firedAt, replaced)
+			return nil, moves, fmt.Errorf("scanner: shard %d: %w", i, serr)
+		}
+		keep := 0
+		for j, e := range marked {
+			if stored[publish[j].ID] {
+				handled = append(handled, e)
+				h.m.republishSkipped.Inc()
+				continue
+			}
+			marked[keep], publish[keep] = e, publish[j]
+			keep++
+		}
+		marked, publish = marked[:keep], publish[:keep]
 	}
 	if h.beforePublish != nil {
 		h.beforePublish(i)
 	}
 	fence := h.pub.FenceOf(family, i, b.Fence)
 	errs := h.pub.PublishFenced(ctx, fence, publish)
-	handled = make([]shard.Entry, 0, len(marked))
 	var unpublished []shard.Entry
 	for j, e := range marked {
 		if errs[j] != nil {
@@ -130,12 +163,27 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 	}
 	// Not removed: the entries are claimed and published again (by this
 	// owner or the next); a mark left by a failed undo is written again then.
-	for j, uerr := range h.store.UnmarkLostMulti(context.WithoutCancel(ctx), unpublished, firedAt) {
-		if uerr != nil {
-			h.log.Warn("lost mark of an unpublished event not undone", "device", unpublished[j].ID, "err", uerr)
+	h.undo(ctx, unpublished, firedAt, replaced)
+	return handled, moves, err
+}
+
+// storedSkew is the clock skew between scanners and the NATS server that
+// the look-up of events an earlier owner stored tolerates.
+const storedSkew = time.Minute
+
+// undo takes back the lost marks Fire wrote at firedAt for entries it does
+// not hand back as handled, putting back the marks they replaced, unless
+// the device was marked or cleared since.
+func (h *lost) undo(ctx context.Context, es []shard.Entry, firedAt int64, replaced map[string]shard.PrevMark) {
+	prev := make([]shard.PrevMark, len(es))
+	for j, e := range es {
+		prev[j] = replaced[e.ID]
+	}
+	for j, err := range h.store.UnmarkLostMulti(context.WithoutCancel(ctx), es, firedAt, prev) {
+		if err != nil {
+			h.log.Warn("lost mark of an unpublished event not undone", "device", es[j].ID, "err", err)
 		}
 	}
-	return handled, moves, err
 }
 
 // deferral applies the outage rule (invariant 6): a device whose silence
