@@ -126,7 +126,7 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, timers *shard.St
 		a.engine, err = queue.New(queue.Options{
 			Replica: opts.Replica, Family: shard.Repeats, Name: "repeats", Watermark: store,
 			LeaseTTL: opts.LeaseTTL, Rebalance: opts.Rebalance, Poll: opts.Poll, Batch: opts.Batch,
-			DrainCheck: opts.DrainCheck, Now: opts.Now,
+			DrainCheck: opts.DrainCheck, Now: opts.Now, Fencer: repeats{a},
 		}, timers, timerTopo, repeats{a}, reg, log.With("queue", "repeats"))
 		if err != nil {
 			return nil, fmt.Errorf("alarm: repeat timers: %w", err)
@@ -255,7 +255,7 @@ func (a *Alarms) Remove(ctx context.Context, id string) (bool, error) {
 // not the caller's: the transition is stored and the device's timer
 // publishes it later.
 func (a *Alarms) settle(ctx context.Context, id string, st stored) stored {
-	out, err := a.flush(ctx, id, st)
+	out, err := a.flush(ctx, id, st, dispatch.Fence{})
 	if err != nil {
 		a.log.Warn("alarm notification not published yet; retried by its timer", "device", id, "err", err)
 		return st

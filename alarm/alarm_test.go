@@ -748,7 +748,7 @@ func TestRacingHandlersOneTransition(t *testing.T) {
 	for _, id := range ids {
 		for _, a := range reps {
 			wg.Go(func() {
-				if _, _, err := a.wake(h.ctx, shard.Of(id, 4), shard.Entry{ID: id, Deadline: 1}, later); err != nil {
+				if _, _, err := a.wake(h.ctx, shard.Of(id, 4), shard.Entry{ID: id, Deadline: 1}, later, dispatch.Fence{}); err != nil {
 					t.Errorf("wake: %v", err)
 				}
 			})

@@ -14,8 +14,10 @@ import (
 // it; publishing it again, after a crash or by a racing replica, carries
 // the same Nats-Msg-Id and is dropped by JetStream. When publishing fails
 // the notes stay pending and the device's timer (or the event's
-// redelivery) tries again.
-func (a *Alarms) flush(ctx context.Context, id string, st stored) (stored, error) {
+// redelivery) tries again. A repeat timer's wake publishes under its
+// shard's fence, so that a replica that lost the shard publishes nothing;
+// the event path publishes unfenced (the zero Fence).
+func (a *Alarms) flush(ctx context.Context, id string, st stored, fence dispatch.Fence) (stored, error) {
 	for attempt := 0; attempt < casAttempts; attempt++ {
 		if len(st.Pending) == 0 {
 			return st, nil
@@ -33,7 +35,7 @@ func (a *Alarms) flush(ctx context.Context, id string, st stored) (stored, error
 			msgs = append(msgs, msg)
 			notes = append(notes, n)
 		}
-		for j, err := range a.pub.Publish(ctx, msgs) {
+		for j, err := range a.pub.PublishFenced(ctx, fence, msgs) {
 			if err != nil {
 				a.m.publishErrors.Inc()
 				return st, fmt.Errorf("alarm: notify %s: %w", notes[j].ID, err)
@@ -66,5 +68,5 @@ func (a *Alarms) apply(ctx context.Context, id string, now time.Time, decide fun
 	if err != nil {
 		return st, err
 	}
-	return a.flush(ctx, id, st)
+	return a.flush(ctx, id, st, dispatch.Fence{})
 }

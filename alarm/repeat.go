@@ -2,8 +2,13 @@ package alarm
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/sigwatch/sigwatch/dispatch"
 
 	"github.com/sigwatch/sigwatch/shard"
 	"github.com/sigwatch/sigwatch/shard/queue"
@@ -12,7 +17,20 @@ import (
 // repeats is the repeat timers' queue.Handler.
 type repeats struct{ a *Alarms }
 
-var _ queue.Handler = repeats{}
+var (
+	_ queue.Handler = repeats{}
+	_ queue.Fencer  = repeats{}
+)
+
+// fenceScope names the repeat timers' shard fences in the stream.
+const fenceScope = "repeats"
+
+// Fence fences the notifications of a repeat timer shard whose lease this
+// replica has just taken (see dispatch.Fence).
+func (r repeats) Fence(ctx context.Context, l shard.Lease) (uint64, error) {
+	f, err := r.a.pub.Fence(ctx, fenceScope, l.Shard, r.a.opts.Replica, l.Token())
+	return f.Seq, err
+}
 
 // Fire wakes the alarm of each due timer of b.Shard. A timer is only a
 // wake-up call; the device's state says what is due (a repeat, the end of
@@ -27,13 +45,19 @@ func (r repeats) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry
 		move   int64
 	}
 	fates := make([]fate, len(due))
+	fence := a.pub.FenceOf(fenceScope, i, b.Fence)
+	var fenced atomic.Bool
 	sem := make(chan struct{}, a.opts.Workers)
 	var wg sync.WaitGroup
 	for j, e := range due {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			remove, move, err := a.wake(ctx, i, e, now)
+			remove, move, err := a.wake(ctx, i, e, now, fence)
+			if errors.Is(err, dispatch.ErrFenced) {
+				fenced.Store(true)
+				return
+			}
 			if err != nil {
 				if ctx.Err() == nil {
 					a.log.Warn("repeat timer not handled; retried", "device", e.ID, "err", err)
@@ -44,6 +68,10 @@ func (r repeats) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry
 		})
 	}
 	wg.Wait()
+	if fenced.Load() {
+		// Another replica has the shard: nothing of the batch is settled.
+		return nil, nil, fmt.Errorf("alarm: repeat timers of shard %d: %w", i, queue.ErrFenced)
+	}
 	for j, f := range fates {
 		switch {
 		case f.remove:
@@ -69,7 +97,7 @@ func (repeats) Revived(context.Context, shard.Entry, shard.Entry) error { return
 // wake handles one due timer e of shard i and says what becomes of it:
 // removed, or moved to move. Both are compare-and-set on its claimed score,
 // so a timer a transition re-armed meanwhile stays as armed.
-func (a *Alarms) wake(ctx context.Context, i int, e shard.Entry, now time.Time) (remove bool, move int64, err error) {
+func (a *Alarms) wake(ctx context.Context, i int, e shard.Entry, now time.Time, fence dispatch.Fence) (remove bool, move int64, err error) {
 	id := e.ID
 	cur, err := a.current(ctx, id)
 	if err != nil {
@@ -88,7 +116,7 @@ func (a *Alarms) wake(ctx context.Context, i int, e shard.Entry, now time.Time) 
 	if dueAt > 0 {
 		a.m.repeatLag.Observe(float64(now.UnixMilli()-dueAt) / 1e3)
 	}
-	if st, err = a.flush(ctx, id, st); err != nil {
+	if st, err = a.flush(ctx, id, st, fence); err != nil {
 		return false, 0, err
 	}
 	w := st.wake(now.UnixMilli(), pendingRetry)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sigwatch/sigwatch/internal/tlsconfig"
 )
@@ -45,17 +46,32 @@ type Options struct {
 	Duplicates time.Duration `yaml:"duplicates"` // de-duplication window
 	Storage    string        `yaml:"storage"`    // "file" or "memory"
 	Replicas   int           `yaml:"replicas"`
-	MaxAge     time.Duration `yaml:"max_age"` // 0 keeps messages until other limits apply
-	MaxPending int           `yaml:"-"`       // outstanding async publishes
-	AckWait    time.Duration `yaml:"-"`       // how long a batch waits for acks
+	MaxAge     time.Duration `yaml:"max_age"`   // 0 keeps messages until other limits apply
+	MaxBytes   int64         `yaml:"max_bytes"` // 0: no size limit
+	MaxMsgs    int64         `yaml:"max_msgs"`  // 0: no count limit
+	// MaxTypes bounds the device types beyond Types that get a subject
+	// token of their own; the others publish under "other".
+	MaxTypes int `yaml:"max_types"`
+	// Types are the configured device types (thresholds.types): each always
+	// has its own subject token.
+	Types      []string              `yaml:"-"`
+	Registerer prometheus.Registerer `yaml:"-"` // where the publisher's metrics go
+	MaxPending int                   `yaml:"-"` // outstanding async publishes
+	AckWait    time.Duration         `yaml:"-"` // how long a batch waits for acks
+	Log        *slog.Logger          `yaml:"-"` // where changes to the stream are told
 }
+
+// DefaultMaxAge is how long the stream keeps events by default: long
+// enough for a consumer down over a long weekend to catch up, bounded so
+// that the stream does not grow for ever.
+const DefaultMaxAge = 7 * 24 * time.Hour
 
 // DefaultConfig is the nats section when nothing is configured; it is the
 // only copy of these defaults.
 func DefaultConfig() Config {
 	return Config{URL: "nats://127.0.0.1:4222", Options: Options{
 		Mode: JetStream, Prefix: DefaultPrefix, Stream: "SIGWATCH", Duplicates: 2 * time.Minute,
-		Storage: "file", Replicas: 1, MaxPending: 4096, AckWait: 10 * time.Second,
+		Storage: "file", Replicas: 1, MaxAge: DefaultMaxAge, MaxTypes: DefaultMaxTypes, MaxPending: 4096, AckWait: 10 * time.Second,
 	}}
 }
 
@@ -71,8 +87,11 @@ func (c Config) Validate() error {
 	if c.Storage != "file" && c.Storage != "memory" {
 		errs = append(errs, fmt.Errorf("nats.storage %q: use file or memory", c.Storage))
 	}
-	if c.Replicas < 0 || c.Duplicates < 0 || c.MaxAge < 0 {
-		errs = append(errs, errors.New("nats.replicas, nats.duplicates and nats.max_age must not be negative"))
+	if c.Replicas < 0 || c.Duplicates < 0 || c.MaxAge < 0 || c.MaxBytes < 0 || c.MaxMsgs < 0 {
+		errs = append(errs, errors.New("nats.replicas, nats.duplicates, nats.max_age, nats.max_bytes and nats.max_msgs must not be negative"))
+	}
+	if c.MaxAge > 0 && c.Duplicates > c.MaxAge {
+		errs = append(errs, fmt.Errorf("nats.duplicates %v is longer than nats.max_age %v: the window cannot outlive the events", c.Duplicates, c.MaxAge))
 	}
 	return errors.Join(errs...)
 }
@@ -90,6 +109,7 @@ func (o *Options) defaults() {
 	o.Replicas = cmp.Or(max(o.Replicas, 0), d.Replicas)
 	o.MaxPending = cmp.Or(max(o.MaxPending, 0), d.MaxPending)
 	o.AckWait = cmp.Or(max(o.AckWait, 0), d.AckWait)
+	o.MaxTypes = cmp.Or(max(o.MaxTypes, 0), d.MaxTypes)
 }
 
 // Dial connects to the NATS of c and returns a publisher over the
@@ -100,7 +120,9 @@ func Dial(ctx context.Context, c Config, log *slog.Logger) (*Publisher, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := New(ctx, nc, c.Options)
+	opts := c.Options
+	opts.Log = log
+	p, err := New(ctx, nc, opts)
 	if err != nil {
 		nc.Close()
 		return nil, err

@@ -5,8 +5,15 @@
 //     shape), its defaults and rules, and Connect.
 //   - event.go: the event bodies, subjects and de-duplication ids of the
 //     public contract (a device id never enters a subject).
-//   - publisher.go: the JetStream stream set-up and asynchronous publishing
-//     with bounded outstanding acknowledgements; core NATS as an option.
+//   - publisher.go: the JetStream stream set-up (created, or brought in
+//     line with the configured limits at every start) and asynchronous
+//     publishing with bounded outstanding acknowledgements; core NATS as an
+//     option.
+//   - fence.go: shard fences in the stream (invariant 11): an owner's
+//     fence message, publishes the stream stores only under the latest
+//     fence, and the look-up of events an earlier owner stored.
+//   - types.go: the bound on device types that get a subject token of
+//     their own (nats.max_types).
 //   - consume.go: a durable consumer of lost and recovered events shared by
 //     the replicas of a role (the alarm workers).
 package dispatch

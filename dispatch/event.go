@@ -41,8 +41,13 @@ func SanitizeType(t string) string {
 	return t
 }
 
-// Subjects builds subject names under a prefix.
-type Subjects struct{ Prefix string }
+// Subjects builds subject names under a prefix. The Subjects of a
+// Publisher bound the device types that get a token of their own
+// (nats.max_types); a bare Subjects{} does not.
+type Subjects struct {
+	Prefix string
+	types  *typeTokens
+}
 
 func (s Subjects) prefix() string {
 	if s.Prefix == "" {
@@ -52,15 +57,18 @@ func (s Subjects) prefix() string {
 }
 
 // Lost is the subject of lost events for a device type.
-func (s Subjects) Lost(typ string) string { return s.prefix() + ".lost." + SanitizeType(typ) }
+func (s Subjects) Lost(typ string) string { return s.prefix() + ".lost." + s.types.token(typ) }
+
+// AllLost is the wildcard of every lost event's subject.
+func (s Subjects) AllLost() string { return s.prefix() + ".lost.>" }
 
 // Recovered is the subject of recovered events for a device type.
 func (s Subjects) Recovered(typ string) string {
-	return s.prefix() + ".recovered." + SanitizeType(typ)
+	return s.prefix() + ".recovered." + s.types.token(typ)
 }
 
 // Alarm is the subject of alarm notifications for a device type.
-func (s Subjects) Alarm(typ string) string { return s.prefix() + ".alarm." + SanitizeType(typ) }
+func (s Subjects) Alarm(typ string) string { return s.prefix() + ".alarm." + s.types.token(typ) }
 
 // Invalid is the dead-letter subject for input that could not be used.
 func (s Subjects) Invalid() string { return s.prefix() + ".invalid" }

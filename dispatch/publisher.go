@@ -1,9 +1,11 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,7 +25,11 @@ type Publisher struct {
 // it is absent and checks that an existing one covers the subjects.
 func New(ctx context.Context, nc *nats.Conn, opts Options) (*Publisher, error) {
 	opts.defaults()
-	p := &Publisher{nc: nc, opts: opts, subjects: Subjects{Prefix: opts.Prefix}}
+	types, err := newTypeTokens(opts.Types, opts.MaxTypes, opts.Registerer, opts.Log)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: metrics: %w", err)
+	}
+	p := &Publisher{nc: nc, opts: opts, subjects: Subjects{Prefix: opts.Prefix, types: types}}
 	switch opts.Mode {
 	case Core:
 		return p, nil
@@ -42,6 +48,9 @@ func New(ctx context.Context, nc *nats.Conn, opts Options) (*Publisher, error) {
 	return p, nil
 }
 
+// ensureStream creates the stream if it is absent and otherwise makes it
+// follow the configuration: the limits and the de-duplication window are
+// updated in place; what a stream cannot change (its storage) is refused.
 func (p *Publisher) ensureStream(ctx context.Context) error {
 	storage := jetstream.FileStorage
 	switch p.opts.Storage {
@@ -51,33 +60,59 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 	default:
 		return fmt.Errorf("dispatch: stream storage %q: use file or memory", p.opts.Storage)
 	}
+	limit := func(v int64) int64 { return cmp.Or(max(v, 0), -1) }
+	want := jetstream.StreamConfig{
+		Name:        p.opts.Stream,
+		Description: "sigwatch events",
+		Subjects:    []string{p.subjects.All()},
+		Storage:     storage,
+		Replicas:    p.opts.Replicas,
+		Duplicates:  p.opts.Duplicates,
+		MaxAge:      p.opts.MaxAge,
+		MaxBytes:    limit(p.opts.MaxBytes),
+		MaxMsgs:     limit(p.opts.MaxMsgs),
+	}
 	s, err := p.js.Stream(ctx, p.opts.Stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		_, err = p.js.CreateStream(ctx, jetstream.StreamConfig{
-			Name:        p.opts.Stream,
-			Description: "sigwatch events",
-			Subjects:    []string{p.subjects.All()},
-			Storage:     storage,
-			Replicas:    p.opts.Replicas,
-			Duplicates:  p.opts.Duplicates,
-			MaxAge:      p.opts.MaxAge,
-		})
-		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		_, err = p.js.CreateStream(ctx, want)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return fmt.Errorf("dispatch: create stream %s: %w", p.opts.Stream, err)
 		}
-		return nil
+		// Another process created it meanwhile: make it follow ours.
+		s, err = p.js.Stream(ctx, p.opts.Stream)
 	}
 	if err != nil {
 		return fmt.Errorf("dispatch: look up stream %s: %w", p.opts.Stream, err)
 	}
 	cfg := s.CachedInfo().Config
-	for _, subj := range cfg.Subjects {
-		if subj == p.subjects.All() {
-			return nil
-		}
+	if !slices.Contains(cfg.Subjects, p.subjects.All()) {
+		return fmt.Errorf("dispatch: stream %s exists but does not listen on %s (it has %v): add the subject or configure another stream name",
+			p.opts.Stream, p.subjects.All(), cfg.Subjects)
 	}
-	return fmt.Errorf("dispatch: stream %s exists but does not listen on %s (it has %v): add the subject or configure another stream name",
-		p.opts.Stream, p.subjects.All(), cfg.Subjects)
+	if cfg.Storage != storage {
+		return fmt.Errorf("dispatch: stream %s has %s storage but nats.storage is %s: a stream's storage cannot change; set nats.storage to match, or move the events to a new stream (nats.stream)",
+			p.opts.Stream, cfg.Storage, storage)
+	}
+	if cfg.MaxAge == want.MaxAge && cfg.Duplicates == want.Duplicates && cfg.MaxBytes == want.MaxBytes &&
+		cfg.MaxMsgs == want.MaxMsgs && cfg.Replicas == want.Replicas {
+		return nil
+	}
+	next := cfg
+	next.MaxAge, next.Duplicates, next.MaxBytes, next.MaxMsgs, next.Replicas =
+		want.MaxAge, want.Duplicates, want.MaxBytes, want.MaxMsgs, want.Replicas
+	if _, err := p.js.UpdateStream(ctx, next); err != nil {
+		return fmt.Errorf("dispatch: stream %s: apply max_age %v, duplicates %v, max_bytes %d, max_msgs %d, replicas %d (it has %v, %v, %d, %d, %d): %w",
+			p.opts.Stream, want.MaxAge, want.Duplicates, want.MaxBytes, want.MaxMsgs, want.Replicas,
+			cfg.MaxAge, cfg.Duplicates, cfg.MaxBytes, cfg.MaxMsgs, cfg.Replicas, err)
+	}
+	if p.opts.Log != nil {
+		p.opts.Log.Info("event stream updated to the configuration", "stream", p.opts.Stream,
+			"max_age", want.MaxAge, "duplicates", want.Duplicates, "max_bytes", want.MaxBytes, "max_msgs", want.MaxMsgs, "replicas", want.Replicas)
+	}
+	return nil
 }
 
 // Mode returns the delivery mode.
@@ -108,10 +143,18 @@ func (p *Publisher) Connected() bool { return p.nc.IsConnected() }
 // stored; callers remove only what was published. A message JetStream
 // reports as a duplicate was stored before and counts as published.
 func (p *Publisher) Publish(ctx context.Context, msgs []Message) (errs []error) {
+	return p.publish(ctx, Fence{}, msgs)
+}
+
+func (p *Publisher) publish(ctx context.Context, fence Fence, msgs []Message) (errs []error) {
 	errs = make([]error, len(msgs))
 	if len(msgs) == 0 {
 		return errs
 	}
+	// Both modes wait for the server: core NATS for a flush (which needs a
+	// deadline), JetStream for the acknowledgements.
+	ctx, cancel := context.WithTimeout(ctx, p.opts.AckWait)
+	defer cancel()
 	if p.opts.Mode == Core {
 		var err error
 		for _, m := range msgs {
@@ -132,12 +175,11 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Message) (errs []error) 
 		}
 		return errs
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.opts.AckWait)
-	defer cancel()
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
 		nm := nats.NewMsg(m.Subject)
 		nm.Data = m.Body
+		fence.apply(nm)
 		f, err := p.js.PublishMsgAsync(nm, jetstream.WithMsgID(m.ID))
 		if err != nil {
 			errs[i] = fmt.Errorf("dispatch: publish %s: %w", m.Subject, err)
@@ -152,6 +194,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Message) (errs []error) 
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
+			if isFenced(err) {
+				err = fmt.Errorf("%w (%v)", ErrFenced, err)
+			}
 			errs[i] = fmt.Errorf("dispatch: publish %s: %w", msgs[i].Subject, err)
 		case <-ctx.Done():
 			errs[i] = fmt.Errorf("dispatch: publish %s: no ack: %w", msgs[i].Subject, ctx.Err())

@@ -8,10 +8,11 @@
 //
 //   - scanner.go: Options, Scanner, New (an engine for shard.Deadlines with
 //     the lost-event handler), Owned and Run.
-//   - lost.go: the handler: the outage rule (invariant 6), publishing lost
-//     events through dispatch, the registry's lost marks (what the crossing
-//     rule asks through Fired), and the recovered event for a fired
-//     deadline a reset revived between claim and settle.
+//   - lost.go: the handler: the outage rule (invariant 6), the registry's
+//     lost marks (written before publishing, undone when not published;
+//     what the crossing rule asks through Fired), publishing lost events
+//     under the shard's fence (invariant 11), and the recovered event for a
+//     fired deadline a reset revived between claim and settle.
 //   - metrics.go: the lost-event metrics (lost, publish errors, fire lag);
 //     the engine's own metrics are shard/queue's.
 //

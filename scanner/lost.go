@@ -1,7 +1,9 @@
 package scanner
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -18,19 +20,36 @@ const family = "deadlines"
 // lost is the deadline family's queue.Handler: a due deadline is a lost
 // device.
 type lost struct {
-	store *shard.Store
-	pub   *dispatch.Publisher
-	thr   *shard.Thresholds
-	m     *metrics
-	log   *slog.Logger
+	store   *shard.Store
+	pub     *dispatch.Publisher
+	thr     *shard.Thresholds
+	m       *metrics
+	log     *slog.Logger
+	replica string
+
+	// beforePublish, a test seam, runs after a batch is claimed and marked
+	// and before its events are published.
+	beforePublish func(i int)
 }
 
-var _ queue.Handler = (*lost)(nil)
+var (
+	_ queue.Handler = (*lost)(nil)
+	_ queue.Fencer  = (*lost)(nil)
+)
 
-// Fire publishes the lost events of b.Due, deferring the entries the outage
-// rule protects, and marks the published devices lost. It returns the
-// entries to remove (published and marked) and the deferrals. An error says
-// some entries were neither; they stay and are retried.
+// Fence fences the lost events of a shard whose lease replica owner has
+// just taken (see dispatch.Fence).
+func (h *lost) Fence(ctx context.Context, l shard.Lease) (uint64, error) {
+	f, err := h.pub.Fence(ctx, family, l.Shard, h.replica, l.Token())
+	return f.Seq, err
+}
+
+// Fire marks the devices of b.Due lost and publishes their lost events
+// under the shard's fence, deferring the entries the outage rule protects.
+// It returns the entries to remove (marked and published) and the
+// deferrals. An error says some entries were neither; they stay and are
+// retried. A publish the stream refuses because another replica fenced the
+// shard fails the batch with queue.ErrFenced.
 func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, moves []shard.Move, err error) {
 	i, due := b.Shard, b.Due
 	ids := make([]string, len(due))
@@ -68,27 +87,73 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 		sent = append(sent, e)
 	}
 
-	errs := h.pub.Publish(ctx, msgs)
-	acked := make([]shard.Entry, 0, len(sent))
+	// The devices are marked lost before they are published, so that an
+	// entry gone from its shard is always marked; a mark whose event is
+	// not published is undone.
+	prev, marks := h.store.MarkLostSwapMulti(ctx, sent, firedAt)
+	replaced := make(map[string]shard.PrevMark, len(sent))
+	marked := make([]shard.Entry, 0, len(sent))
+	publish := make([]dispatch.Message, 0, len(sent))
+	var (
+		earlier []string // ids of events an earlier owner marked too long ago for de-duplication
+		since   int64
+	)
 	for j, e := range sent {
-		if errs[j] != nil {
-			h.m.publishErrors.Inc()
+		if marks[j] != nil {
 			if err == nil {
-				err = fmt.Errorf("scanner: shard %d: %w", i, errs[j])
+				err = fmt.Errorf("scanner: shard %d: %w", i, marks[j])
 			}
 			continue
 		}
-		acked = append(acked, e)
+		marked = append(marked, e)
+		publish = append(publish, msgs[j])
+		replaced[e.ID] = prev[j]
+		if p := prev[j]; p.Deadline == e.Deadline && firedAt-p.At > h.pub.Duplicates().Milliseconds()/2 {
+			earlier = append(earlier, msgs[j].ID)
+			since = min(cmp.Or(since, p.At), p.At)
+		}
 	}
-
-	marked := h.store.MarkLostMulti(ctx, acked, firedAt)
-	handled = make([]shard.Entry, 0, len(acked))
-	for j, e := range acked {
-		if marked[j] != nil {
-			// Not removed: it is claimed and published again (JetStream drops
-			// the duplicate) until the mark is stored.
-			if err == nil {
-				err = fmt.Errorf("scanner: shard %d: %w", i, marked[j])
+	if len(earlier) > 0 {
+		// The earlier owner may have published these before it stopped;
+		// JetStream would not drop a second copy any more, so the stream
+		// itself says which were stored. Anything stored is stored before
+		// this owner's fence, so the answer is complete. The margin covers
+		// the clock skew between that owner and the NATS server.
+		stored, serr := h.pub.Stored(ctx, h.pub.Subjects().AllLost(), time.UnixMilli(since).Add(-storedSkew), earlier)
+		if serr != nil {
+			h.undo(ctx, marked, firedAt, replaced)
+			return nil, moves, fmt.Errorf("scanner: shard %d: %w", i, serr)
+		}
+		keep := 0
+		for j, e := range marked {
+			if stored[publish[j].ID] {
+				handled = append(handled, e)
+				h.m.republishSkipped.Inc()
+				continue
+			}
+			marked[keep], publish[keep] = e, publish[j]
+			keep++
+		}
+		marked, publish = marked[:keep], publish[:keep]
+	}
+	if h.beforePublish != nil {
+		h.beforePublish(i)
+	}
+	fence := h.pub.FenceOf(family, i, b.Fence)
+	errs := h.pub.PublishFenced(ctx, fence, publish)
+	var unpublished []shard.Entry
+	for j, e := range marked {
+		if errs[j] != nil {
+			unpublished = append(unpublished, e)
+			switch {
+			case errors.Is(errs[j], dispatch.ErrFenced):
+				h.m.fenced.Inc()
+				err = fmt.Errorf("scanner: shard %d: %w: %w", i, queue.ErrFenced, errs[j])
+			case err == nil:
+				h.m.publishErrors.Inc()
+				err = fmt.Errorf("scanner: shard %d: %w", i, errs[j])
+			default:
+				h.m.publishErrors.Inc()
 			}
 			continue
 		}
@@ -96,7 +161,29 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 		h.m.lost.Inc()
 		h.m.fireLag.Observe(float64(firedAt-e.Deadline) / 1e3)
 	}
+	// Not removed: the entries are claimed and published again (by this
+	// owner or the next); a mark left by a failed undo is written again then.
+	h.undo(ctx, unpublished, firedAt, replaced)
 	return handled, moves, err
+}
+
+// storedSkew is the clock skew between scanners and the NATS server that
+// the look-up of events an earlier owner stored tolerates.
+const storedSkew = time.Minute
+
+// undo takes back the lost marks Fire wrote at firedAt for entries it does
+// not hand back as handled, putting back the marks they replaced, unless
+// the device was marked or cleared since.
+func (h *lost) undo(ctx context.Context, es []shard.Entry, firedAt int64, replaced map[string]shard.PrevMark) {
+	prev := make([]shard.PrevMark, len(es))
+	for j, e := range es {
+		prev[j] = replaced[e.ID]
+	}
+	for j, err := range h.store.UnmarkLostMulti(context.WithoutCancel(ctx), es, firedAt, prev) {
+		if err != nil {
+			h.log.Warn("lost mark of an unpublished event not undone", "device", es[j].ID, "err", err)
+		}
+	}
 }
 
 // deferral applies the outage rule (invariant 6): a device whose silence

@@ -50,6 +50,7 @@ type Scanner struct {
 	opts Options
 	eng  *queue.Engine
 	m    *metrics
+	h    *lost
 
 	// afterPublish, when set by a test, runs between the publishing of a
 	// claimed batch and its settling, so a test can land a reset there.
@@ -75,12 +76,13 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Pu
 	if err != nil {
 		return nil, err
 	}
-	s := &Scanner{opts: opts, m: m}
-	h := &lost{store: store, pub: pub, thr: opts.Thresholds, m: m, log: cmp.Or(log, slog.New(slog.DiscardHandler))}
+	h := &lost{store: store, pub: pub, thr: opts.Thresholds, m: m, log: cmp.Or(log, slog.New(slog.DiscardHandler)),
+		replica: opts.Replica}
+	s := &Scanner{opts: opts, m: m, h: h}
 	s.eng, err = queue.New(queue.Options{
 		Replica: opts.Replica, Family: shard.Deadlines, Name: family,
 		LeaseTTL: opts.LeaseTTL, Rebalance: opts.Rebalance, Poll: opts.Poll, Batch: opts.Batch,
-		Now: opts.Now, DrainCheck: opts.DrainCheck,
+		Now: opts.Now, DrainCheck: opts.DrainCheck, Fencer: h,
 		AfterFire: func(i int) {
 			if s.afterPublish != nil {
 				s.afterPublish(i)

@@ -151,6 +151,83 @@ func (s *Store) MarkLostMulti(ctx context.Context, lost []Entry, at int64) []err
 	return errs
 }
 
+// swapLostScript writes a lost mark and returns the one it replaced.
+//
+// KEYS[1]: lost marks of the device's partition
+// ARGV[1]: device id; ARGV[2]: the new mark, "<deadline>:<at>"
+// Returns: the previous mark, or nil.
+var swapLostScript = newScript(`
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return old or false`)
+
+// PrevMark is the lost mark a MarkLostSwapMulti replaced (zero if none).
+type PrevMark struct{ Deadline, At int64 }
+
+// MarkLostSwapMulti is MarkLostMulti that also returns the marks it
+// replaced, in the same single round trip: a scanner learns which of its
+// deadlines an earlier owner already marked (and so may have published).
+func (s *Store) MarkLostSwapMulti(ctx context.Context, lost []Entry, at int64) ([]PrevMark, []error) {
+	execs := make([]rueidis.LuaExec, len(lost))
+	for j, e := range lost {
+		execs[j] = rueidis.LuaExec{Keys: []string{s.k.Lost(e.ID)}, Args: []string{e.ID, lostMark(e.Deadline, at)}}
+	}
+	prev := make([]PrevMark, len(lost))
+	errs := make([]error, len(lost))
+	for j, r := range swapLostScript.execMulti(ctx, s.c, execs...) {
+		v, err := r.ToString()
+		switch {
+		case rueidis.IsRedisNil(err):
+		case err != nil:
+			errs[j] = fmt.Errorf("shard: mark device lost: %w", err)
+		default:
+			// A corrupt previous mark reads as none.
+			prev[j].Deadline, prev[j].At, _ = parseLostMark(v)
+		}
+	}
+	return prev, errs
+}
+
+// unmarkLostScript undoes a lost mark if it is still the exact value
+// written, putting back the mark it replaced (or none): a later mark (a
+// new owner's, for the same deadline, differs in its time) stays, and a
+// mark this one overwrote comes back.
+//
+// KEYS[1]: lost marks of the device's partition
+// ARGV[1]: device id; ARGV[2]: the mark written, "<deadline>:<at>";
+// ARGV[3]: the mark it replaced, "" if none
+// Returns: 1 if the mark was undone, else 0.
+var unmarkLostScript = newScript(`
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+if ARGV[3] == '' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+else
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+end
+return 1`)
+
+// UnmarkLostMulti undoes MarkLostSwapMulti(lost, at) for each entry whose
+// mark is still the one that call wrote, putting back prev[j], the mark it
+// replaced; one round trip, one error per entry. A scanner undoes the marks
+// of events it could not publish.
+func (s *Store) UnmarkLostMulti(ctx context.Context, lost []Entry, at int64, prev []PrevMark) []error {
+	execs := make([]rueidis.LuaExec, len(lost))
+	for j, e := range lost {
+		back := ""
+		if p := prev[j]; p.Deadline != 0 || p.At != 0 {
+			back = lostMark(p.Deadline, p.At)
+		}
+		execs[j] = rueidis.LuaExec{Keys: []string{s.k.Lost(e.ID)}, Args: []string{e.ID, lostMark(e.Deadline, at), back}}
+	}
+	errs := make([]error, len(lost))
+	for j, r := range unmarkLostScript.execMulti(ctx, s.c, execs...) {
+		if err := r.Error(); err != nil {
+			errs[j] = fmt.Errorf("shard: undo lost mark: %w", err)
+		}
+	}
+	return errs
+}
+
 // clearLostScript clears the lost mark of a device if it is still the one
 // set for the given deadline.
 //

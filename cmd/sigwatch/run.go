@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -110,7 +112,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 	a.devices = shard.NewDevices(a.store, a.topo, a.thr)
 
-	a.pub, err = dispatch.Dial(ctx, cfg.NATS, log)
+	natsCfg := cfg.NATS
+	natsCfg.Types, natsCfg.Registerer = slices.Collect(maps.Keys(cfg.Thresholds.Types)), a.reg
+	a.pub, err = dispatch.Dial(ctx, natsCfg, log)
 	if err != nil {
 		return nil, err
 	}

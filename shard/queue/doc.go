@@ -9,6 +9,10 @@
 //     (the coordinator).
 //   - lease.go: membership heartbeat, lease acquisition, renewal and
 //     release, rebalancing, shutdown.
+//   - Options.Fencer: a shard's loop fences the shard (outside Redis)
+//     before its first claim, and hands the fence to the handler in every
+//     Batch; a handler whose publish is refused under it returns ErrFenced
+//     and the loop settles nothing and stops (invariant 11).
 //   - loop.go: the per-shard loop and its step, written once: wait for the
 //     head, claim (fenced) up to the horizon → crossing rule → Handler.Fire →
 //     settle (fenced compare-and-remove, moves) → Handler.Revived for a

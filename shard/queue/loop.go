@@ -15,6 +15,7 @@ import (
 // shardLoop is the state of one held lease and the loop that scans it.
 type shardLoop struct {
 	lease    shard.Lease
+	fence    uint64        // from Options.Fencer, set before the first claim
 	stop     chan struct{} // closed to ask for a stop after the in-flight batch
 	stopOnce sync.Once
 	cancel   context.CancelFunc // the hard stop, when the lease is lost
@@ -42,6 +43,9 @@ func (e *Engine) runShard(ctx context.Context, l *shardLoop) {
 		e.log.Debug("shard released", "shard", i)
 	}()
 	bo := backoff.Backoff{Policy: stepBackoff}
+	if !e.fence(ctx, l, &bo) {
+		return
+	}
 	for {
 		select {
 		case <-l.stop:
@@ -50,10 +54,17 @@ func (e *Engine) runShard(ctx context.Context, l *shardLoop) {
 			return
 		default:
 		}
-		wait, wake, err := e.step(ctx, i, l.lease)
+		wait, wake, err := e.step(ctx, i, l)
 		switch {
 		case errors.Is(err, shard.ErrNotOwner):
 			e.leaseLost(l, "scan")
+			return
+		case errors.Is(err, ErrFenced):
+			// Another replica fenced the shard, or the stream dropped the
+			// fence (its limits). The lease is released if still held, so
+			// that whoever takes it next fences anew.
+			e.m.leaseLost.Inc()
+			e.log.Warn("shard fenced out; stopping its loop", "shard", i, "err", err)
 			return
 		case err != nil:
 			if ctx.Err() != nil {
@@ -66,6 +77,31 @@ func (e *Engine) runShard(ctx context.Context, l *shardLoop) {
 		}
 		if wait > 0 && !sleepOrWake(ctx, l.stop, wait, wake) {
 			return
+		}
+	}
+}
+
+// fence runs the Fencer for l's fresh lease, retrying until it succeeds,
+// and reports whether the loop may go on.
+func (e *Engine) fence(ctx context.Context, l *shardLoop, bo *backoff.Backoff) bool {
+	if e.opts.Fencer == nil {
+		return true
+	}
+	for {
+		fctx, cancel := context.WithTimeout(ctx, e.opts.LeaseTTL)
+		f, err := e.opts.Fencer.Fence(fctx, l.lease)
+		cancel()
+		if err == nil {
+			l.fence = f
+			bo.Reset()
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		e.warn.Warn(e.log, fmt.Sprint("fence", l.lease.Shard), "fencing the shard failed; retrying", "shard", l.lease.Shard, "err", err)
+		if !sleepOrWake(ctx, l.stop, bo.Next(), nil) {
+			return false
 		}
 	}
 }
@@ -96,7 +132,8 @@ func sleepOrWake(ctx context.Context, stop <-chan struct{}, d time.Duration, wak
 // (fenced compare-and-remove of what it handled and of stale copies, moves
 // applied if unchanged) → the handler is told of fired entries a reset
 // revived meanwhile, in this shard or, for a moved device, in its partner.
-func (e *Engine) step(ctx context.Context, i int, lease shard.Lease) (time.Duration, <-chan struct{}, error) {
+func (e *Engine) step(ctx context.Context, i int, l *shardLoop) (time.Duration, <-chan struct{}, error) {
+	lease := l.lease
 	now := e.opts.Now()
 	wm, outages, err := e.wm.get(ctx)
 	if err != nil {
@@ -144,7 +181,11 @@ func (e *Engine) step(ctx context.Context, i int, lease shard.Lease) (time.Durat
 		fireErr error
 	)
 	if len(due) > 0 {
-		handled, moves, fireErr = e.h.Fire(ctx, Batch{Shard: i, Due: due, Now: now, Outages: outages})
+		handled, moves, fireErr = e.h.Fire(ctx, Batch{Shard: i, Due: due, Now: now, Outages: outages, Fence: l.fence})
+		if errors.Is(fireErr, ErrFenced) {
+			// Nothing of a fenced-out batch is settled: the new owner has it.
+			return 0, nil, fireErr
+		}
 		if left := len(due) - len(handled) - len(moves); left > 0 && fireErr == nil {
 			// Back off rather than claim the same entries again at once.
 			fireErr = fmt.Errorf("queue: shard %d: %d of %d due entries not handled; retrying", i, left, len(due))

@@ -27,7 +27,24 @@ type Batch struct {
 	// Outages are the ingest outages recorded with the watermark that
 	// bounded the claim (never older than it).
 	Outages []shard.Outage
+	// Fence is what Options.Fencer returned when this replica took the
+	// shard's lease (0 without a Fencer). The handler publishes under it, so
+	// that nothing it publishes is stored once another replica has taken
+	// the shard.
+	Fence uint64
 }
+
+// Fencer fences a shard outside Redis when a replica takes its lease: once
+// Fence has returned, the publishes of every earlier owner of the shard
+// are refused wherever they land, however long that owner was paused.
+type Fencer interface {
+	Fence(ctx context.Context, lease shard.Lease) (uint64, error)
+}
+
+// ErrFenced is returned (wrapped) by a Handler whose publish was refused
+// because another replica has fenced the shard since: the lease is lost.
+// The engine settles nothing of the batch and stops the shard's loop.
+var ErrFenced = errors.New("queue: fenced out: another replica has taken the shard")
 
 // Handler is a timer family's policy: what firing a due entry means.
 type Handler interface {
@@ -81,6 +98,11 @@ type Options struct {
 	// moved members (a full ZSCAN of each), and, for the owner of shard 0,
 	// ending the doubling. Default 5s.
 	DrainCheck time.Duration
+
+	// Fencer, if set, fences each shard when its lease is taken, before
+	// anything of the shard is claimed; its value reaches the handler in
+	// Batch.Fence.
+	Fencer Fencer
 
 	// AfterFire, a test seam, runs between the handler's Fire and the
 	// settle of its batch, so that a test can land a reset there.
