@@ -210,3 +210,77 @@ func TestThresholdFlipNoLost(t *testing.T) {
 		t.Errorf("got %d lost events for devices signalling every 100ms, want 0 (first: %+v)", n, l.Bodies(nil)[0])
 	}
 }
+
+// TestThresholdAndDeleteDuringDoubling changes thresholds and removes
+// devices while `sigwatch shards double` runs beside the API (whose
+// topology lags it by up to its poll interval): devices that keep
+// signalling are never lost, and removed devices are neither watched nor
+// lost afterwards (issue 11, 9b).
+func TestThresholdAndDeleteDuringDoubling(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
+	app := startApp(t, env, func(c *Config) { c.Thresholds.Default = 2 * time.Second })
+	waitReady(t, app)
+	l := watchLost(t, env)
+	d := startDevices(t, env.Mosquitto.URL, 40, 100*time.Millisecond)
+	flipped, removed := d.ids[:20], d.ids[20:]
+	testenv.WaitFor(t, 10*time.Second, "every device watched", func() bool {
+		for _, id := range d.ids {
+			if code, dev := call(t, app, "GET", "/v1/devices/"+id, "t0ken", nil); code != http.StatusOK || dev["watched"] != true {
+				return false
+			}
+		}
+		return true
+	})
+
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var mu sync.Mutex
+	var failed int
+	for _, id := range append(append([]string(nil), flipped...), flipped...) {
+		wg.Go(func() {
+			for k := 0; ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				code, _ := call(t, app, "PUT", "/v1/devices/"+id+"/threshold", "t0ken", map[string]string{"threshold": []string{"1s", "3s"}[k%2]})
+				if code != http.StatusOK {
+					mu.Lock()
+					failed++
+					mu.Unlock()
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	// The removed devices fall silent first, so that no signal of theirs is
+	// still on its way when they are removed.
+	for _, id := range removed {
+		d.silence(id)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if out := cli(t, env, "shards", "double"); !strings.Contains(out, "16 -> 32") {
+		t.Fatalf("shards double said %q, want 16 -> 32", out)
+	}
+	for _, id := range removed {
+		if code, out := call(t, app, "DELETE", "/v1/devices/"+id, "t0ken", nil); code != http.StatusOK || out["removed"] != true {
+			t.Errorf("DELETE %s during the doubling: %d %v, want 200 removed", id, code, out)
+		}
+	}
+	// Longer than the longest threshold: a copy left behind would fire.
+	time.Sleep(5 * time.Second)
+	close(stop)
+	wg.Wait()
+	if failed > 0 {
+		t.Errorf("got %d refused threshold writes during the doubling, want 0", failed)
+	}
+	if n := l.Len(); n > 0 {
+		t.Errorf("got %d lost events (first: %+v), want 0: live devices and removed ones are never lost", n, l.Bodies(nil)[0])
+	}
+	for _, id := range removed {
+		if code, dev := call(t, app, "GET", "/v1/devices/"+id, "t0ken", nil); code != http.StatusNotFound {
+			t.Errorf("GET removed %s: %d %v, want 404", id, code, dev)
+		}
+	}
+}
