@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sigwatch/sigwatch/internal/testenv"
+	"github.com/sigwatch/sigwatch/shard"
 )
 
 // postSignals posts body to /v1/signals and returns the status, the reply
@@ -255,8 +256,12 @@ func TestThresholdAndDeleteDuringDoubling(t *testing.T) {
 		})
 	}
 	// The removed devices fall silent first, so that no signal of theirs is
-	// still on its way when they are removed.
+	// still on its way when they are removed; their long threshold keeps
+	// them from being lost meanwhile, however long the doubling takes.
 	for _, id := range removed {
+		if code, out := call(t, app, "PUT", "/v1/devices/"+id+"/threshold", "t0ken", map[string]string{"threshold": "1h"}); code != http.StatusOK {
+			t.Fatalf("PUT threshold of %s: %d %v", id, code, out)
+		}
 		d.silence(id)
 	}
 	time.Sleep(500 * time.Millisecond)
@@ -278,9 +283,15 @@ func TestThresholdAndDeleteDuringDoubling(t *testing.T) {
 	if n := l.Len(); n > 0 {
 		t.Errorf("got %d lost events (first: %+v), want 0: live devices and removed ones are never lost", n, l.Bodies(nil)[0])
 	}
+	store := env.Store(t, "sw")
 	for _, id := range removed {
 		if code, dev := call(t, app, "GET", "/v1/devices/"+id, "t0ken", nil); code != http.StatusNotFound {
 			t.Errorf("GET removed %s: %d %v, want 404", id, code, dev)
+		}
+		for _, i := range []int{shard.Of(id, 16), shard.Of(id, 32)} {
+			if dl, ok, err := store.Score(t.Context(), shard.Deadlines, i, id); err != nil || ok {
+				t.Errorf("removed %s still in shard %d at %d (err %v), want no copy left", id, i, dl, err)
+			}
 		}
 	}
 }
