@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strconv"
@@ -212,11 +213,18 @@ func (d *Devices) Remove(ctx context.Context, id string) (removed bool, err erro
 // its score in each shard that may hold it (shiftScript); the override is
 // written after. A signal stamped under the old threshold that lands after
 // the move can only push the deadline later (GT), never earlier. Changes of
-// one device are serialised in this process.
+// one device are serialised, in this process and across processes (a lock
+// in Redis held for at most thresholdLockTTL), so that each moves the
+// deadline by the change from the threshold it replaced.
 func (d *Devices) SetThreshold(ctx context.Context, id string, threshold time.Duration) (DeviceView, error) {
 	mu := &d.locks[Hash(id)%uint64(len(d.locks))]
 	mu.Lock()
 	defer mu.Unlock()
+	unlock, err := d.lockThreshold(ctx, id)
+	if err != nil {
+		return DeviceView{Device: id}, err
+	}
+	defer unlock()
 	// The threshold in force before the change, as ingest stamps with it.
 	if err := d.thr.Reload(ctx); err != nil {
 		return DeviceView{Device: id}, err
@@ -252,4 +260,48 @@ func (d *Devices) SetThreshold(ctx context.Context, id string, threshold time.Du
 		return DeviceView{Device: id}, err
 	}
 	return d.Get(ctx, id)
+}
+
+// A threshold change holds its device's lock for at most thresholdLockTTL,
+// and waits at most that long for another holder.
+const thresholdLockTTL = 5 * time.Second
+
+// unlockScript releases a lock only if the caller still holds it.
+//
+// KEYS[1]: the lock STRING
+// ARGV[1]: the caller's token
+// Returns: 1 if released, 0 if the lock had expired or moved on.
+var unlockScript = newScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+
+// lockThreshold takes id's threshold lock, waiting for another holder, and
+// returns its release.
+func (d *Devices) lockThreshold(ctx context.Context, id string) (func(), error) {
+	key, token := d.store.k.ThresholdLock(id), rand.Text()
+	give := time.Now().Add(thresholdLockTTL)
+	for {
+		err := d.store.c.Do(ctx, d.store.c.B().Set().Key(key).Value(token).Nx().Px(thresholdLockTTL).Build()).Error()
+		if err == nil {
+			break
+		}
+		if !rueidis.IsRedisNil(err) {
+			return nil, fmt.Errorf("shard: lock threshold of %q: %w", id, err)
+		}
+		if time.Now().After(give) {
+			return nil, fmt.Errorf("shard: another change of the threshold of %q is under way; try again", id)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return func() {
+		// Released with its own context: the request may be gone, the lock
+		// must not wait out its TTL for that.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = unlockScript.exec(rctx, d.store.c, []string{key}, []string{token}).Error()
+	}, nil
 }

@@ -2,6 +2,7 @@ package shard_test
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,5 +127,46 @@ func TestSetThresholdAgainstCurrentScore(t *testing.T) {
 	}
 	if got, _ := score(t, s, shard.Of("due", 4), "due"); got != past {
 		t.Errorf("due deadline: got %d, want %d left alone", got, past)
+	}
+}
+
+// TestThresholdChangesSerialisedAcrossProcesses: two processes (each with
+// its own Devices and threshold cache) change one device's threshold at
+// once, many times. Each change moves the deadline by the change from the
+// threshold it replaced, so in the end the deadline is the last signal +
+// the threshold that won, not drifted by interleaved changes.
+func TestThresholdChangesSerialisedAcrossProcesses(t *testing.T) {
+	ctx, s := newStore(t)
+	last := time.Now().Add(time.Hour).UnixMilli()
+	const def = 2 * time.Second
+	upsert(t, s, shard.Of("dev", 4), shard.Entry{ID: "dev", Deadline: last + def.Milliseconds()})
+	var procs []*shard.Devices
+	for range 2 {
+		w, err := shard.NewWatcher(ctx, s, 4, time.Hour, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, shard.NewDevices(s, w, shard.NewThresholds(s, def, nil)))
+	}
+	var wg sync.WaitGroup
+	for p, devs := range procs {
+		wg.Go(func() {
+			for k := range 60 {
+				thr := []time.Duration{time.Second, 3 * time.Second, 0}[(k+p)%3]
+				if _, err := devs.SetThreshold(ctx, "dev", thr); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	thr := shard.NewThresholds(s, def, nil)
+	if err := thr.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := last + thr.For("dev", "").Milliseconds()
+	if got, _ := score(t, s, shard.Of("dev", 4), "dev"); got != want {
+		t.Errorf("deadline after interleaved changes: got %d, want %d (last signal + %v); drifted by %dms", got, want, thr.For("dev", ""), got-want)
 	}
 }
