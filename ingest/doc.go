@@ -26,6 +26,7 @@
 // Where each lives:
 //
 //   - ingest.go: Ingest, New, Run (the wiring and the order of stopping), Signal.
+//   - signals.go: Signals, a batch from the API, stamped in order with barriers.
 //   - options.go: Options, their defaults and rules (QoS 0, 1 or 2).
 //   - source.go: the source — the paho client, onMessage, probe publishing.
 //   - pipeline.go: the pipeline's intake (in-flight bound, enqueue) and the

@@ -3,7 +3,6 @@ package ingest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -163,41 +162,11 @@ func (in *Ingest) Run(ctx context.Context) error {
 	return err
 }
 
-// Signal pushes the deadline of device id (of type typ) forward from at,
-// through the same pipeline as MQTT messages, and returns once it is
-// stored. A zero at means now; at is clamped into [now-MaxSkew, now]. It
-// never advances the watermark. It waits for Run to start, and fails with
-// ErrStopped once Run is stopping.
+// Signal pushes the deadline of device id (of type typ) forward from at:
+// Signals with one entry. A zero at means the moment it enters the
+// pipeline; at is clamped into [now-MaxSkew, now].
 func (in *Ingest) Signal(ctx context.Context, id, typ string, at time.Time) error {
-	if err := CheckID(id, in.opts.MaxIDLen); err != nil {
-		in.m.invalid[reasonOf(err)].Inc()
-		return fmt.Errorf("ingest: signal %q: %w", id, err)
-	}
-	if err := checkType(typ, in.opts.MaxIDLen); err != nil {
-		in.m.invalid[reasonOf(err)].Inc()
-		return fmt.Errorf("ingest: signal %q: %w", id, err)
-	}
-	select {
-	case <-in.started:
-	case <-ctx.Done():
-		return fmt.Errorf("ingest: signal: %w", ctx.Err())
-	}
-	now := in.opts.Now()
-	if at.IsZero() {
-		at = now
-	}
-	at = clamp(at, now, in.opts.MaxSkew)
-	done := make(chan error, 1)
-	if err := in.pipe.enqueue(ctx, in.pipe.signal(id, typ, at, nil, done)); err != nil {
-		return fmt.Errorf("ingest: signal: %w", err)
-	}
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		// The signal is still stored; the caller just does not wait.
-		return fmt.Errorf("ingest: signal: %w", ctx.Err())
-	}
+	return in.Signals(ctx, []Sig{{ID: id, Type: typ, At: at}})
 }
 
 // Connected reports whether ingest is connected to the broker and has

@@ -45,6 +45,10 @@ type pipeline struct {
 	// they hand work over; close takes it to set closed and close work.
 	gate   sync.RWMutex
 	closed bool
+	// order is held while a probe barrier or an API signal is stamped and
+	// handed to work, so that no barrier overtakes an API signal stamped
+	// before it (see enqueueStamped).
+	order sync.Mutex
 	// stopping is closed when close begins: senders waiting for a slot
 	// give up and leave their message unacked.
 	stopping chan struct{}
@@ -135,6 +139,8 @@ func (p *pipeline) enqueueBarrier(ms int64) {
 	if p.closed {
 		return
 	}
+	p.order.Lock()
+	defer p.order.Unlock()
 	select {
 	case p.work <- signal{probe: ms}:
 	case <-p.stopping:

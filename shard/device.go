@@ -2,7 +2,14 @@ package shard
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // DeviceView is what sigwatch knows about one device: its deadline, its
@@ -30,11 +37,14 @@ type Devices struct {
 	store *Store
 	topo  *Watcher
 	thr   *Thresholds
+	now   func() time.Time
+	// locks serialise the threshold changes of one device in this process.
+	locks [64]sync.Mutex
 }
 
 // NewDevices returns the device operations over store.
 func NewDevices(store *Store, topo *Watcher, thr *Thresholds) *Devices {
-	return &Devices{store: store, topo: topo, thr: thr}
+	return &Devices{store: store, topo: topo, thr: thr, now: time.Now}
 }
 
 // Get reads the device id. Its deadline is the later of its scores in its
@@ -67,16 +77,129 @@ func (d *Devices) Get(ctx context.Context, id string) (DeviceView, error) {
 	return v, nil
 }
 
+// fenceLua refuses a caller whose topology is older than the shard's: one
+// below the shard's floor (the drain of a doubling has checked the shard
+// clean under a newer one), or one with fewer shards than the shard's
+// layout allows (a doubling was published after the caller read the
+// topology, so the device may also sit in a shard the caller does not
+// know). KEYS[2] is the shard's layout, ARGV[1] the caller's epoch and
+// ARGV[2] its shard count.
+const fenceLua = `
+local l = redis.call('HMGET', KEYS[2], 'floor', 'shards')
+if tonumber(l[1] or '0') > tonumber(ARGV[1]) or tonumber(l[2] or '0') > tonumber(ARGV[2]) then
+  return redis.error_reply('STALE topology epoch ' .. ARGV[1] .. ' of ' .. ARGV[2] .. ' shards')
+end
+`
+
+// removeScript stops watching a device in one shard, fenced by topology.
+//
+// KEYS[1]: deadline ZSET of one shard
+// KEYS[2]: layout HASH of the shard
+// ARGV[1]: epoch of the caller's topology; ARGV[2]: its shard count
+// ARGV[3]: device id
+// Returns: 1 if the device was watched there, else 0, or the error STALE.
+var removeScript = newScript(fenceLua + `
+return redis.call('ZREM', KEYS[1], ARGV[3])`)
+
+// shiftScript moves a device's deadline in one shard by the change of its
+// threshold, against its score at that moment, fenced by topology: the
+// score is the one truth about the device's last signal (score - old
+// threshold), whatever signal landed just before. An absent device (lost,
+// or never seen) stays absent: it is not re-added in the past. A deadline
+// at or before the horizon is left alone: a scanner may be firing it under
+// the threshold in force, and moving it would make its compare-and-remove
+// keep it for a second lost event.
+//
+// KEYS[1]: deadline ZSET of one shard
+// KEYS[2]: layout HASH of the shard
+// ARGV[1]: epoch of the caller's topology; ARGV[2]: its shard count
+// ARGV[3]: device id; ARGV[4]: new threshold - old threshold, ms
+// ARGV[5]: horizon, unix ms
+// Returns: the deadline after the call, nil when absent, or the error STALE.
+var shiftScript = newScript(fenceLua + `
+local cur = redis.call('ZSCORE', KEYS[1], ARGV[3])
+if not cur then return false end
+cur = tonumber(cur)
+if cur <= tonumber(ARGV[5]) then return string.format('%d', cur) end
+local next = string.format('%d', cur + tonumber(ARGV[4]))
+redis.call('ZADD', KEYS[1], 'XX', next, ARGV[3])
+return next`)
+
+// onShards runs op on every shard that may hold id under the topology in
+// force, and again, after reading the topology, on the shards a stale one
+// missed: shards refused with ErrStaleTopology are tried again, shards done
+// are never done twice (op need not be idempotent). A shard keeps its
+// index across doublings, so done stays meaningful.
+func (d *Devices) onShards(ctx context.Context, id string, op func(t Topology, i int) error) error {
+	done := map[int]bool{}
+	t := d.topo.Current()
+	for attempt := 0; ; attempt++ {
+		stale := false
+		for _, i := range t.Locate(id) {
+			if done[i] {
+				continue
+			}
+			err := op(t, i)
+			switch {
+			case errors.Is(err, ErrStaleTopology):
+				stale = true
+			case err != nil:
+				return err
+			default:
+				done[i] = true
+			}
+		}
+		if !stale {
+			return nil
+		}
+		// A doubling raises the layouts just before it publishes the
+		// topology: a refusal may come a moment before a newer one can be
+		// read.
+		if attempt >= staleRetries {
+			return fmt.Errorf("%w (epoch %d): no newer topology to place it under; see `sigwatch shards status`", ErrStaleTopology, t.Epoch)
+		}
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(staleWait):
+			}
+		}
+		nt, err := d.topo.Refresh(ctx)
+		if err != nil {
+			return err
+		}
+		t = nt
+	}
+}
+
+// A device operation refused for a stale topology reads it again up to
+// staleRetries times, staleWait apart.
+const (
+	staleRetries = 20
+	staleWait    = 50 * time.Millisecond
+)
+
+// fenceArgs are the first ARGV of removeScript and shiftScript.
+func fenceArgs(t Topology, id string) []string {
+	return []string{strconv.FormatInt(t.Epoch, 10), strconv.Itoa(t.Shards), id}
+}
+
 // Remove stops watching id and forgets it: its deadline in every shard
 // that may hold it, its registry entry, lost mark and threshold override.
-// removed says whether it was watched.
+// removed says whether it was watched. A topology that lags a doubling is
+// refused by the shards and read again, so no copy is left behind.
 func (d *Devices) Remove(ctx context.Context, id string) (removed bool, err error) {
-	for _, i := range d.topo.Current().Locate(id) {
-		ok, err := d.store.Remove(ctx, Deadlines, i, id)
+	err = d.onShards(ctx, id, func(t Topology, i int) error {
+		n, err := removeScript.exec(ctx, d.store.c, []string{d.store.k.Timers(Deadlines, i), d.store.k.Layout(i)}, fenceArgs(t, id)).AsInt64()
 		if err != nil {
-			return removed, err
+			return fmt.Errorf("shard: remove from shard %d: %w", i, err)
 		}
-		removed = removed || ok
+		removed = removed || n == 1
+		return nil
+	})
+	if err != nil {
+		return removed, err
 	}
 	return removed, d.store.Forget(ctx, id)
 }
@@ -85,28 +208,100 @@ func (d *Devices) Remove(ctx context.Context, id string) (removed bool, err erro
 // device gets its new deadline at once, counted from its last signal, so a
 // lowered threshold takes effect without waiting out the old one: the ZADD
 // GT of the next signal could not pull it back.
+//
+// The deadline moves first, by the change of threshold, atomically against
+// its score in each shard that may hold it (shiftScript); the override is
+// written after. A signal stamped under the old threshold that lands after
+// the move can only push the deadline later (GT), never earlier. Changes of
+// one device are serialised, in this process and across processes (a lock
+// in Redis held for at most thresholdLockTTL), so that each moves the
+// deadline by the change from the threshold it replaced.
 func (d *Devices) SetThreshold(ctx context.Context, id string, threshold time.Duration) (DeviceView, error) {
-	// The last signal is read under the old threshold, before it changes.
-	v, err := d.Get(ctx, id)
+	mu := &d.locks[Hash(id)%uint64(len(d.locks))]
+	mu.Lock()
+	defer mu.Unlock()
+	unlock, err := d.lockThreshold(ctx, id)
 	if err != nil {
-		return v, err
+		return DeviceView{Device: id}, err
+	}
+	defer unlock()
+	// The threshold in force before the change, as ingest stamps with it.
+	if err := d.thr.Reload(ctx); err != nil {
+		return DeviceView{Device: id}, err
+	}
+	ds, err := d.store.Devices(ctx, []string{id})
+	if err != nil {
+		return DeviceView{Device: id}, err
+	}
+	typ := ds[0].Type
+	old := d.thr.For(id, typ)
+	next := threshold
+	if next <= 0 {
+		next = d.thr.base(typ)
+	}
+	if delta := (next - old).Milliseconds(); delta != 0 {
+		horizon := strconv.FormatInt(d.now().UnixMilli(), 10)
+		err := d.onShards(ctx, id, func(t Topology, i int) error {
+			err := shiftScript.exec(ctx, d.store.c, []string{d.store.k.Timers(Deadlines, i), d.store.k.Layout(i)},
+				append(fenceArgs(t, id), strconv.FormatInt(delta, 10), horizon)).Error()
+			if err != nil && !rueidis.IsRedisNil(err) {
+				return fmt.Errorf("shard: set threshold in shard %d: %w", i, err)
+			}
+			return nil
+		})
+		if err != nil {
+			return DeviceView{Device: id}, err
+		}
 	}
 	if err := d.store.SetOverride(ctx, id, threshold); err != nil {
-		return v, err
+		return DeviceView{Device: id}, err
 	}
 	if err := d.thr.Reload(ctx); err != nil {
-		return v, err
+		return DeviceView{Device: id}, err
 	}
-	v.ThresholdMS = d.thr.For(id, v.Type).Milliseconds()
-	if v.Watched {
-		next := v.LastSeen + v.ThresholdMS
-		// Written to the device's shard under the topology in force, never
-		// to a shard a doubling is draining.
-		cur := Of(id, d.topo.Current().Shards)
-		if err := d.store.Set(ctx, Deadlines, cur, Entry{ID: id, Deadline: next}); err != nil {
-			return v, err
+	return d.Get(ctx, id)
+}
+
+// A threshold change holds its device's lock for at most thresholdLockTTL,
+// and waits at most that long for another holder.
+const thresholdLockTTL = 5 * time.Second
+
+// unlockScript releases a lock only if the caller still holds it.
+//
+// KEYS[1]: the lock STRING
+// ARGV[1]: the caller's token
+// Returns: 1 if released, 0 if the lock had expired or moved on.
+var unlockScript = newScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+
+// lockThreshold takes id's threshold lock, waiting for another holder, and
+// returns its release.
+func (d *Devices) lockThreshold(ctx context.Context, id string) (func(), error) {
+	key, token := d.store.k.ThresholdLock(id), rand.Text()
+	give := time.Now().Add(thresholdLockTTL)
+	for {
+		err := d.store.c.Do(ctx, d.store.c.B().Set().Key(key).Value(token).Nx().Px(thresholdLockTTL).Build()).Error()
+		if err == nil {
+			break
 		}
-		v.Deadline, v.Shard = next, cur
+		if !rueidis.IsRedisNil(err) {
+			return nil, fmt.Errorf("shard: lock threshold of %q: %w", id, err)
+		}
+		if time.Now().After(give) {
+			return nil, fmt.Errorf("shard: another change of the threshold of %q is under way; try again", id)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
-	return v, nil
+	return func() {
+		// Released with its own context: the request may be gone, the lock
+		// must not wait out its TTL for that.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = unlockScript.exec(rctx, d.store.c, []string{key}, []string{token}).Error()
+	}, nil
 }

@@ -20,6 +20,8 @@
 //	watermark.go   the ingest watermark, its outages, ingest members
 //	registry.go    device types, sightings, lost marks
 //	thresholds.go  per-device threshold overrides and Thresholds
+//	device.go      one device in every shard that may hold it: Get, and
+//	               Remove and SetThreshold fenced by topology
 //	state.go       per-device state by compare-and-set (the alarm's), mutes
 //	status.go      one batched status read of every shard
 //	writer.go      Writer: placing under a lagging topology, epoch reports

@@ -103,6 +103,10 @@ func (k Keys) Registry(id string) string { return k.partKey(id, "reg") }
 // that marking a burst of devices lost is a plain HSET each.
 func (k Keys) Lost(id string) string { return k.partKey(id, "lost") }
 
+// ThresholdLock is the STRING that serialises the threshold changes of
+// device id across processes (value = the holder's token, PX ttl).
+func (k Keys) ThresholdLock(id string) string { return k.partKey(id, "thrlock:"+id) }
+
 // stateName names the HASH of per-device state (id -> value) in each
 // registry partition; the alarm keeps its state machine there.
 const stateName = "alarm"

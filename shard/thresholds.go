@@ -76,6 +76,11 @@ func (t *Thresholds) For(id, typ string) time.Duration {
 	if ok {
 		return d
 	}
+	return t.base(typ)
+}
+
+// base returns the threshold of a device of type typ without an override.
+func (t *Thresholds) base(typ string) time.Duration {
 	if d, ok := t.ByType[typ]; ok {
 		return d
 	}

@@ -2,11 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/sigwatch/sigwatch/alarm"
+	"github.com/sigwatch/sigwatch/ingest"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -105,45 +107,59 @@ type signalIn struct {
 	TS     int64  `json:"ts"`
 }
 
+// A POST /v1/signals body holds at most maxSignalsPerPost entries in at
+// most maxSignalsBody bytes: one body is one batch, stored well within a
+// second, and holds in-flight slots only that long.
+const (
+	maxSignalsPerPost = 10000
+	maxSignalsBody    = 8 << 20
+)
+
+// postSignals stores a body of signals as one batch. The whole body is
+// checked before anything is stored.
 func (a *App) postSignals(w http.ResponseWriter, r *http.Request) {
 	if a.in == nil {
 		writeError(w, http.StatusServiceUnavailable, "this process does not run the ingest role")
 		return
 	}
 	var batch []signalIn
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<20))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxSignalsBody))
 	if err := dec.Decode(&batch); err != nil {
+		if errors.As(err, new(*http.MaxBytesError)) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes; send at most %d signals per request", maxSignalsBody, maxSignalsPerPost))
+			return
+		}
 		writeError(w, http.StatusBadRequest, `body must be a JSON array of {"device": "id", "type": "t", "ts": unix-ms (optional)}`)
 		return
 	}
-	now := time.Now()
+	if len(batch) > maxSignalsPerPost {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%d signals in one body; send at most %d per request", len(batch), maxSignalsPerPost))
+		return
+	}
+	sigs := make([]ingest.Sig, len(batch))
 	for j, s := range batch {
 		if err := a.validID(s.Device); err != nil {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("signal %d: %v; nothing was stored", j, err))
 			return
 		}
-	}
-	for j, s := range batch {
-		at := now
-		if s.TS > 0 {
-			at = clampTS(time.UnixMilli(s.TS), now, a.cfg.Timestamp.MaxSkew)
-		}
-		if err := a.in.Signal(r.Context(), s.Device, s.Type, at); err != nil {
-			writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("signal %d: %v; signals before it were stored", j, err))
+		if s.TS < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("signal %d: ts %d is not a unix time in ms; nothing was stored", j, s.TS))
 			return
 		}
+		sigs[j] = ingest.Sig{ID: s.Device, Type: s.Type}
+		if s.TS > 0 {
+			// Clamped by ingest against the moment the entry is stamped.
+			sigs[j].At = time.UnixMilli(s.TS)
+		}
+	}
+	if err := a.in.Signals(r.Context(), sigs); err != nil {
+		var se *ingest.SignalError
+		if errors.As(err, &se) {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("signal %d: %v; nothing was stored", se.Index, se.Err))
+			return
+		}
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("%v; some signals may be stored, sending the body again is safe", err))
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"stored": len(batch)})
-}
-
-// clampTS keeps a client's clock from pushing a deadline into the future or
-// far into the past.
-func clampTS(at, now time.Time, skew time.Duration) time.Time {
-	if at.After(now) {
-		return now
-	}
-	if at.Before(now.Add(-skew)) {
-		return now.Add(-skew)
-	}
-	return at
 }
