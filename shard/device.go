@@ -42,9 +42,14 @@ type Devices struct {
 	locks [64]sync.Mutex
 }
 
-// NewDevices returns the device operations over store.
-func NewDevices(store *Store, topo *Watcher, thr *Thresholds) *Devices {
-	return &Devices{store: store, topo: topo, thr: thr, now: time.Now}
+// NewDevices returns the device operations over store. now is the
+// process's clock (nil: time.Now); it decides whether a deadline is already
+// due, a comparison with other hosts' scanners.
+func NewDevices(store *Store, topo *Watcher, thr *Thresholds, now func() time.Time) *Devices {
+	if now == nil {
+		now = time.Now
+	}
+	return &Devices{store: store, topo: topo, thr: thr, now: now}
 }
 
 // Get reads the device id. Its deadline is the later of its scores in its

@@ -41,7 +41,7 @@ func TestDeviceOpsDuringDoubling(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return shard.NewDevices(s, w, thr)
+		return shard.NewDevices(s, w, thr, nil)
 	}
 	forThreshold, forRemove := stale(), stale()
 
@@ -97,7 +97,7 @@ func TestSetThresholdAgainstCurrentScore(t *testing.T) {
 		t.Fatal(err)
 	}
 	thr := shard.NewThresholds(s, 10*time.Second, map[string]time.Duration{"pump": 30 * time.Second})
-	devs := shard.NewDevices(s, w, thr)
+	devs := shard.NewDevices(s, w, thr, nil)
 	future := time.Now().Add(time.Hour).UnixMilli()
 	past := time.Now().Add(-time.Second).UnixMilli()
 	upsert(t, s, shard.Of("live", 4), shard.Entry{ID: "live", Deadline: future})
@@ -146,7 +146,7 @@ func TestThresholdChangesSerialisedAcrossProcesses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		procs = append(procs, shard.NewDevices(s, w, shard.NewThresholds(s, def, nil)))
+		procs = append(procs, shard.NewDevices(s, w, shard.NewThresholds(s, def, nil), nil))
 	}
 	var wg sync.WaitGroup
 	for p, devs := range procs {

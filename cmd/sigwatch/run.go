@@ -110,7 +110,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err := a.thr.Reload(ctx); err != nil {
 		return nil, err
 	}
-	a.devices = shard.NewDevices(a.store, a.topo, a.thr)
+	a.devices = shard.NewDevices(a.store, a.topo, a.thr, a.clock.Now)
 
 	natsCfg := cfg.NATS
 	natsCfg.Types, natsCfg.Registerer = slices.Collect(maps.Keys(cfg.Thresholds.Types)), a.reg
