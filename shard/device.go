@@ -74,7 +74,12 @@ func (d *Devices) Get(ctx context.Context, id string) (DeviceView, error) {
 	}
 	reg := ds[0]
 	v.Type, v.FirstSeen = reg.Type, reg.FirstSeen
-	v.Lost, v.LostDeadline, v.LostAt = reg.LostDeadline != 0, reg.LostDeadline, reg.LostAt
+	// A mark counts only while the device is not watched at a later
+	// deadline: a scanner that marked and then died before publishing
+	// leaves a mark behind on a device that signalled since.
+	if reg.LostDeadline != 0 && (!v.Watched || v.Deadline <= reg.LostDeadline) {
+		v.Lost, v.LostDeadline, v.LostAt = true, reg.LostDeadline, reg.LostAt
+	}
 	v.ThresholdMS = d.thr.For(id, reg.Type).Milliseconds()
 	if v.Watched {
 		v.LastSeen = v.Deadline - v.ThresholdMS

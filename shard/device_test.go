@@ -170,3 +170,39 @@ func TestThresholdChangesSerialisedAcrossProcesses(t *testing.T) {
 		t.Errorf("deadline after interleaved changes: got %d, want %d (last signal + %v); drifted by %dms", got, want, thr.For("dev", ""), got-want)
 	}
 }
+
+// TestLeftoverMarkIsNotLost: a scanner that marked a device and died
+// before publishing leaves its mark behind; once the device is watched at a
+// later deadline, the device reads as not lost. Absent or still at the
+// marked deadline, it reads as lost.
+func TestLeftoverMarkIsNotLost(t *testing.T) {
+	ctx, s := newStore(t)
+	if _, err := s.InitTopology(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	w, err := shard.NewWatcher(ctx, s, 4, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := shard.NewDevices(s, w, shard.NewThresholds(s, 10*time.Second, nil), nil)
+	const id = "leftover"
+	d := time.Now().UnixMilli()
+	lost := func(want bool) {
+		t.Helper()
+		v, err := devs.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Lost != want {
+			t.Errorf("lost = %v, want %v: %+v", v.Lost, want, v)
+		}
+	}
+	if err := s.MarkLost(ctx, id, d, d); err != nil {
+		t.Fatal(err)
+	}
+	lost(true) // absent and marked
+	upsert(t, s, shard.Of(id, 4), shard.Entry{ID: id, Deadline: d})
+	lost(true) // marked, not yet settled
+	upsert(t, s, shard.Of(id, 4), shard.Entry{ID: id, Deadline: d + 5_000})
+	lost(false) // signalled since the mark
+}
