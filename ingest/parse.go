@@ -30,6 +30,7 @@ var (
 	ErrEmptyID          = &InvalidError{"empty_id", "device id is empty"}
 	ErrIDTooLong        = &InvalidError{"id_too_long", "device id is too long"}
 	ErrBadID            = &InvalidError{"bad_id", "device id has control characters or is not UTF-8"}
+	ErrReservedID       = &InvalidError{"reserved_id", "device ids starting with " + ProbeIDPrefix + " are ingest's watermark probes"}
 	ErrBadType          = &InvalidError{"bad_type", "device type has control characters, is not UTF-8 or is too long"}
 	ErrBadPayload       = &InvalidError{"bad_payload", "payload is not a JSON object"}
 	ErrMissingTimestamp = &InvalidError{"missing_timestamp", `payload has no "ts" field`}
@@ -38,7 +39,7 @@ var (
 
 // reasons lists every InvalidError, so metrics can be created up front.
 var reasons = []*InvalidError{
-	ErrNoIDLevel, ErrEmptyID, ErrIDTooLong, ErrBadID, ErrBadType,
+	ErrNoIDLevel, ErrEmptyID, ErrIDTooLong, ErrBadID, ErrReservedID, ErrBadType,
 	ErrBadPayload, ErrMissingTimestamp, ErrBadTimestamp,
 }
 
@@ -109,6 +110,8 @@ func CheckID(id string, maxIDLen int) error {
 		return ErrIDTooLong
 	case !printable(id):
 		return ErrBadID
+	case strings.HasPrefix(id, ProbeIDPrefix):
+		return ErrReservedID
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package ingest
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -353,7 +354,7 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 	}
 	now := s.opts.Now()
 	id, typ, err := ParseTopic(topic, s.opts.IDLevel, s.opts.TypeLevel, s.opts.MaxIDLen)
-	if err == nil && strings.HasPrefix(id, ProbeIDPrefix) {
+	if errors.Is(err, ErrReservedID) {
 		m.Ack() // another member's probe (ProbeTopicUnder), not a device
 		return
 	}

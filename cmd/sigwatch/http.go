@@ -98,7 +98,7 @@ func (a *App) validID(id string) error {
 func errStatus(err error) int {
 	switch {
 	case errors.Is(err, ingest.ErrEmptyID), errors.Is(err, ingest.ErrIDTooLong), errors.Is(err, ingest.ErrBadID),
-		errors.Is(err, alarm.ErrBadMute):
+		errors.Is(err, ingest.ErrReservedID), errors.Is(err, alarm.ErrBadMute):
 		return http.StatusBadRequest
 	case errors.Is(err, alarm.ErrNoAlarm), errors.Is(err, shard.ErrDraining):
 		return http.StatusConflict
