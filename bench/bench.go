@@ -38,6 +38,10 @@ type Options struct {
 	Progress io.Writer // default os.Stderr
 	// KeepDir keeps the servers' working directory (logs, data) after the run.
 	KeepDir bool
+	// Merge makes a partial run (Only) replace its scenarios in
+	// results-<profile>.json and render RESULTS.md again; each merged
+	// scenario says which run measured it.
+	Merge bool
 	// RenderOnly measures nothing: it renders RESULTS.md again from the
 	// results-<profile>.json files and ANALYSIS.md in OutDir.
 	RenderOnly bool
@@ -218,6 +222,14 @@ func Run(ctx context.Context, opts Options) error {
 	fmt.Fprintln(opts.Progress, "\n"+res.summary())
 	if err := res.write(opts.OutDir, len(opts.Only) == 0); err != nil {
 		errs = append(errs, err)
+	}
+	if len(opts.Only) > 0 && opts.Merge && len(res.Failures) == 0 {
+		if err := res.merge(opts.OutDir); err != nil {
+			errs = append(errs, err)
+		} else {
+			p.Printf("report", "merged %s into %s and rendered %s", strings.Join(opts.Only, ", "),
+				filepath.Join(opts.OutDir, "results-"+prof.Name+".json"), filepath.Join(opts.OutDir, "RESULTS.md"))
+		}
 	}
 	if len(opts.Only) == 0 {
 		p.Printf("report", "wrote %s and %s in %s", filepath.Join(opts.OutDir, "RESULTS.md"),
