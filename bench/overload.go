@@ -70,7 +70,7 @@ func (r *runner) overload(ctx context.Context) error {
 		sc.Figures = append(sc.Figures, f,
 			newFigure("fire lag p50, deadlines "+ph+" the surge", "ms", over.Lag[k].P50, "nominal load only", base.Lag[k].P50))
 	}
-	drain := newFigure(fmt.Sprintf("time to drain after the surge (watermark age < %s)", drainedAge), "s",
+	drain := newFigure(fmt.Sprintf("time to drain after the surge (watermark age < %s for 1 s)", drainedAge), "s",
 		over.Drain.Seconds(), "", 0)
 	drain.Detail = fmt.Sprintf("largest watermark age %s (nominal run: %s); stored %.0f signals/s while draining against %.0f/s offered",
 		over.MaxAge.Round(time.Millisecond), base.MaxAge.Round(time.Millisecond), over.DrainRate, rate)
@@ -218,11 +218,15 @@ func (r *runner) overloadSide(ctx context.Context, surge bool) (overloadRun, err
 	var (
 		maxAge    time.Duration
 		drainedAt time.Time
-		surgeEnd  = ends[1]
-		stored1   int64 // stored at the end of the surge
-		phase     = -1
-		phaseT    time.Time
-		phaseD    int64
+		// underSince is when the age last went under drainedAge, and
+		// storedUnder what was stored then.
+		underSince  time.Time
+		storedUnder int64
+		surgeEnd    = ends[1]
+		stored1     int64 // stored at the end of the surge
+		phase       = -1
+		phaseT      time.Time
+		phaseD      int64
 	)
 	s0 := meter.sample()
 	stopProf := func() {}
@@ -270,10 +274,16 @@ func (r *runner) overloadSide(ctx context.Context, surge bool) (overloadRun, err
 		}
 		age := time.Duration(metricValue(reg, "sigwatch_ingest_watermark_age_seconds") * float64(time.Second))
 		maxAge = max(maxAge, age)
-		if now.After(surgeEnd) && drainedAt.IsZero() && age < drainedAge {
-			drainedAt = now
-			if d := stored() - stored1; d > 0 {
-				res.DrainRate = float64(d) / now.Sub(surgeEnd).Seconds()
+		// Drained: the age stayed under drainedAge for a whole second.
+		if age >= drainedAge || !now.After(surgeEnd) {
+			underSince = time.Time{}
+		} else if underSince.IsZero() {
+			underSince, storedUnder = now, stored()
+		}
+		if drainedAt.IsZero() && !underSince.IsZero() && now.Sub(underSince) >= time.Second {
+			drainedAt = underSince
+			if el := drainedAt.Sub(surgeEnd); el >= 500*time.Millisecond {
+				res.DrainRate = float64(storedUnder-stored1) / el.Seconds()
 			}
 		}
 		if now.Sub(lastPrint) >= time.Second {
