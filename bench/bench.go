@@ -32,12 +32,16 @@ import (
 type Options struct {
 	Profile string   // "quick" (make bench, < 5 min on 2 cores) or "full"
 	OutDir  string   // where RESULTS.md, results*.json and profiles/ go; default "." (bench/)
-	Only    []string // scenario names to run (ingest, write, firelag, burst, memory, peers, doubling); empty: all
+	Only    []string // scenario names to run (ingest, write, firelag, burst, memory, peers, overload, doubling); empty: all
 	// Command is the command line recorded in the results.
 	Command  string
 	Progress io.Writer // default os.Stderr
 	// KeepDir keeps the servers' working directory (logs, data) after the run.
 	KeepDir bool
+	// Merge makes a partial run (Only) replace its scenarios in
+	// results-<profile>.json and render RESULTS.md again; each merged
+	// scenario says which run measured it.
+	Merge bool
 	// RenderOnly measures nothing: it renders RESULTS.md again from the
 	// results-<profile>.json files and ANALYSIS.md in OutDir.
 	RenderOnly bool
@@ -81,6 +85,16 @@ type profile struct {
 	DoublingDevices   int
 	DoublingThreshold time.Duration
 	DoublingPhase     time.Duration
+	// OverloadDevices signal once every OverloadEvery (the nominal rate);
+	// the surge doubles it for OverloadSurge after OverloadBefore, then the
+	// nominal rate holds for OverloadAfter. OverloadVictims devices stay
+	// silent and fall due over the three phases.
+	OverloadDevices int
+	OverloadEvery   time.Duration
+	OverloadBefore  time.Duration
+	OverloadSurge   time.Duration
+	OverloadAfter   time.Duration
+	OverloadVictims int
 }
 
 var profiles = map[string]profile{
@@ -92,6 +106,8 @@ var profiles = map[string]profile{
 		Burst:       100_000,
 		PeerDevices: 50_000, PeerFor: 3 * time.Second,
 		DoublingDevices: 100_000, DoublingThreshold: 10 * time.Second, DoublingPhase: 3 * time.Second,
+		OverloadDevices: 20_000, OverloadEvery: 2 * time.Second, OverloadBefore: 5 * time.Second, OverloadSurge: 10 * time.Second,
+		OverloadAfter: 15 * time.Second, OverloadVictims: 3_000,
 	},
 	"full": {
 		Name:          "full",
@@ -101,11 +117,13 @@ var profiles = map[string]profile{
 		Burst:       100_000,
 		PeerDevices: 100_000, PeerFor: 8 * time.Second,
 		DoublingDevices: 1_000_000, DoublingThreshold: time.Minute, DoublingPhase: 8 * time.Second,
+		OverloadDevices: 20_000, OverloadEvery: 2 * time.Second, OverloadBefore: 10 * time.Second, OverloadSurge: 10 * time.Second,
+		OverloadAfter: 30 * time.Second, OverloadVictims: 5_000,
 	},
 }
 
 // scenarioNames lists the scenarios in the order they run.
-var scenarioNames = []string{"write", "memory", "firelag", "burst", "peers", "ingest", "doubling"}
+var scenarioNames = []string{"write", "memory", "firelag", "burst", "peers", "ingest", "overload", "doubling"}
 
 // Run runs the benchmark and writes its results into opts.OutDir.
 func Run(ctx context.Context, opts Options) error {
@@ -171,6 +189,7 @@ func Run(ctx context.Context, opts Options) error {
 		{"burst", r.burst},
 		{"peers", r.peers},
 		{"ingest", r.ingest},
+		{"overload", r.overload},
 		{"doubling", r.doubling},
 	}
 	var errs []error
@@ -203,6 +222,14 @@ func Run(ctx context.Context, opts Options) error {
 	fmt.Fprintln(opts.Progress, "\n"+res.summary())
 	if err := res.write(opts.OutDir, len(opts.Only) == 0); err != nil {
 		errs = append(errs, err)
+	}
+	if len(opts.Only) > 0 && opts.Merge && len(res.Failures) == 0 {
+		if err := res.merge(opts.OutDir); err != nil {
+			errs = append(errs, err)
+		} else {
+			p.Printf("report", "merged %s into %s and rendered %s", strings.Join(opts.Only, ", "),
+				filepath.Join(opts.OutDir, "results-"+prof.Name+".json"), filepath.Join(opts.OutDir, "RESULTS.md"))
+		}
 	}
 	if len(opts.Only) == 0 {
 		p.Printf("report", "wrote %s and %s in %s", filepath.Join(opts.OutDir, "RESULTS.md"),

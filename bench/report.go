@@ -143,6 +143,44 @@ func (r *Results) write(dir string, complete bool) error {
 	return render(dir)
 }
 
+// merge replaces, in dir/results-<profile>.json, the scenarios and CPU
+// profiles of this partial run, each scenario noting the run that measured
+// it, and renders RESULTS.md again.
+func (r *Results) merge(dir string) error {
+	path := filepath.Join(dir, "results-"+r.Profile+".json")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("bench: merge: no complete %s run to merge into: %w", r.Profile, err)
+	}
+	var all Results
+	if err := json.Unmarshal(raw, &all); err != nil {
+		return fmt.Errorf("bench: merge: read %s: %w", path, err)
+	}
+	for _, s := range r.Scenarios {
+		s.Notes = append(s.Notes, fmt.Sprintf("Measured by a partial run merged in: `%s` at commit `%s`, %s, took %s; "+
+			"load average before it: %s.", r.Command, r.Commit, r.Started, r.Duration, r.Machine.LoadAtStart))
+		all.add(s)
+	}
+	for _, p := range r.Profiles {
+		kept := all.Profiles[:0]
+		for _, q := range all.Profiles {
+			if q.Name != p.Name {
+				kept = append(kept, q)
+			}
+		}
+		all.Profiles = append(kept, p)
+	}
+	all.sortScenarios()
+	b, err := json.MarshalIndent(&all, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("bench: merge: write %s: %w", path, err)
+	}
+	return render(dir)
+}
+
 // render writes dir/RESULTS.md from every results-<profile>.json in dir and
 // the hand-written dir/ANALYSIS.md.
 func render(dir string) error {

@@ -43,6 +43,13 @@ type scanRig struct {
 
 // startScanRig starts the rig and returns once the scanner owns every shard.
 func (r *runner) startScanRig(ctx context.Context) (*scanRig, error) {
+	return r.startScanner(ctx, true)
+}
+
+// startScanner starts the rig, with the watermark stand-in only if standIn
+// is set (without it, ingest running alongside keeps the watermark), and
+// returns once the scanner owns every shard.
+func (r *runner) startScanner(ctx context.Context, standIn bool) (*scanRig, error) {
 	store := shard.NewStore(r.e.rc, shard.NewKeys("sw"))
 	topo, err := shard.NewWatcher(ctx, store, shards, 500*time.Millisecond, nil)
 	if err != nil {
@@ -63,18 +70,22 @@ func (r *runner) startScanRig(ctx context.Context) (*scanRig, error) {
 		rc.Close()
 		return nil, err
 	}
-	if _, err := store.AdvanceWatermark(ctx, time.Now().UnixMilli(), 3*time.Second); err != nil {
-		rc.Close()
-		return nil, err
+	if standIn {
+		if _, err := store.AdvanceWatermark(ctx, time.Now().UnixMilli(), 3*time.Second); err != nil {
+			rc.Close()
+			return nil, err
+		}
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	g := &scanRig{store: store, pub: pub, sc: sc, rc: rc, cancel: cancel}
 	g.wg.Go(func() { topo.Run(rctx) })
-	g.wg.Go(func() {
-		periodic.Run(rctx, ingest.DefaultProbeInterval, func(now time.Time) {
-			store.AdvanceWatermark(rctx, now.UnixMilli(), 3*time.Second)
+	if standIn {
+		g.wg.Go(func() {
+			periodic.Run(rctx, ingest.DefaultProbeInterval, func(now time.Time) {
+				store.AdvanceWatermark(rctx, now.UnixMilli(), 3*time.Second)
+			})
 		})
-	})
+	}
 	g.wg.Go(func() { sc.Run(rctx) })
 	if !waitFor(ctx, 15*time.Second, func() bool { return len(sc.Owned()) == shards }) {
 		g.stop()
@@ -98,8 +109,8 @@ type lostWatcher struct {
 	sub *nats.Subscription
 
 	mu   sync.Mutex
-	lags []float64 // ms
-	seen map[string]struct{}
+	lags []float64          // ms
+	byID map[string]float64 // lag of each event id, ms
 	dups int
 }
 
@@ -108,7 +119,7 @@ func newLostWatcher(url, subject string) (*lostWatcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect nats: %w", err)
 	}
-	w := &lostWatcher{nc: nc, seen: make(map[string]struct{})}
+	w := &lostWatcher{nc: nc, byID: make(map[string]float64)}
 	w.sub, err = nc.Subscribe(subject, w.onMsg)
 	if err != nil {
 		nc.Close()
@@ -134,11 +145,11 @@ func (w *lostWatcher) onMsg(m *nats.Msg) {
 	lag := float64(now.UnixMicro())/1000 - float64(ev.Deadline)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, ok := w.seen[ev.ID]; ok {
+	if _, ok := w.byID[ev.ID]; ok {
 		w.dups++
 		return
 	}
-	w.seen[ev.ID] = struct{}{}
+	w.byID[ev.ID] = lag
 	w.lags = append(w.lags, lag)
 }
 
@@ -146,7 +157,7 @@ func (w *lostWatcher) onMsg(m *nats.Msg) {
 func (w *lostWatcher) reset() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.lags, w.seen, w.dups = nil, make(map[string]struct{}), 0
+	w.lags, w.byID, w.dups = nil, make(map[string]float64), 0
 }
 
 func (w *lostWatcher) count() int {

@@ -38,7 +38,8 @@ type source struct {
 	connLog *ratelog.Limiter
 
 	client      atomic.Pointer[mqtt.Client]
-	connectedAt atomic.Int64 // unix ms when the current connection was subscribed; 0 before
+	prober      atomic.Pointer[mqtt.Client] // publishes the probes
+	connectedAt atomic.Int64                // unix ms when the current connection was subscribed; 0 before
 	// evidence is the send time, unix ms, of the latest probe this process
 	// received (on any of its connections): the broker delivers one
 	// session's messages in order, so a signal received after that probe
@@ -89,9 +90,17 @@ func (s *source) run(ctx context.Context) error {
 		}
 		return nil
 	})
+	// Probes go out on a connection of their own: on the subscriber's
+	// connection they would queue behind its acks, which the broker may
+	// read far slower than it delivers (Mosquitto reads one packet per
+	// connection per turn of its loop), and the watermark would lag seconds
+	// behind what is stored, and stay behind while the load lasts.
+	p := mqtt.NewClient(s.probeOptions())
+	s.prober.Store(&p)
+	p.Connect()
 	g.Go(func() error {
 		var buf []byte
-		periodic.Run(gctx, s.opts.ProbeInterval, func(time.Time) { buf = s.probe(c, buf) })
+		periodic.Run(gctx, s.opts.ProbeInterval, func(time.Time) { buf = s.probe(c, p, buf) })
 		return nil
 	})
 	return g.Wait()
@@ -142,6 +151,9 @@ func (s *source) deviceFilters() []string {
 
 // disconnect ends the connection, once what is in flight was acked.
 func (s *source) disconnect() {
+	if p := s.prober.Load(); p != nil {
+		(*p).Disconnect(0)
+	}
 	if c := s.client.Load(); c != nil {
 		// Acks were handed to paho before this, so they go out before the
 		// DISCONNECT.
@@ -149,24 +161,52 @@ func (s *source) disconnect() {
 	}
 }
 
-// probe publishes a probe carrying its send time, if the connection is up.
-// The token is not awaited: a probe that never comes back simply does not
-// advance the watermark. buf is scratch space, returned for reuse.
-func (s *source) probe(c mqtt.Client, buf []byte) []byte {
-	if !c.IsConnectionOpen() || s.connectedAt.Load() == 0 {
+// probe publishes a probe carrying its send time on the probe connection
+// p, if both it and the subscriber's connection c are up. The broker
+// queues the probe to c's session behind every message it routed there
+// before the probe arrived, so the send time still bounds them. The token
+// is not awaited: a probe that never comes back simply does not advance the
+// watermark. buf is scratch space, returned for reuse.
+func (s *source) probe(c, p mqtt.Client, buf []byte) []byte {
+	if !c.IsConnectionOpen() || s.connectedAt.Load() == 0 || !p.IsConnectionOpen() {
 		return buf
 	}
-	buf, _, _ = s.sendProbe(c, buf)
+	buf, _, _ = s.sendProbe(p, buf)
 	return buf
 }
 
-// sendProbe publishes one probe and returns its time and token; handOver's
-// last probe is made the same way as the periodic ones.
-func (s *source) sendProbe(c mqtt.Client, buf []byte) ([]byte, int64, mqtt.Token) {
+// sendProbe publishes one probe on client and returns its time and token;
+// handOver's last probe is made the same way as the periodic ones.
+func (s *source) sendProbe(client mqtt.Client, buf []byte) ([]byte, int64, mqtt.Token) {
 	ms := s.opts.Now().UnixMilli()
 	buf = strconv.AppendInt(buf[:0], ms, 10)
 	// paho keeps the payload slice, so each probe gets its own.
-	return buf, ms, c.Publish(s.opts.ProbeTopic, 1, false, append([]byte(nil), buf...))
+	return buf, ms, client.Publish(s.opts.ProbeTopic, 1, false, append([]byte(nil), buf...))
+}
+
+// probeOptions configures the probe connection: it only publishes, with a
+// clean session, as ClientID + "-probe".
+func (s *source) probeOptions() *mqtt.ClientOptions {
+	o := mqtt.NewClientOptions()
+	for _, b := range s.opts.Brokers {
+		o.AddBroker(b)
+	}
+	o.SetClientID(s.opts.ClientID + "-probe").
+		SetCleanSession(true).
+		SetAutoReconnect(true).
+		SetConnectRetry(true).
+		SetConnectRetryInterval(time.Second).
+		SetMaxReconnectInterval(reconnectMax).
+		SetWriteTimeout(5 * time.Second).
+		SetKeepAlive(15 * time.Second)
+	if s.opts.Username != "" {
+		o.SetUsername(s.opts.Username)
+		o.SetPassword(s.opts.Password)
+	}
+	if s.opts.TLS != nil {
+		o.SetTLSConfig(s.opts.TLS)
+	}
+	return o
 }
 
 // connected reports whether the source is connected to the broker and has
