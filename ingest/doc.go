@@ -11,6 +11,15 @@
 // signal received before it is stored, the time the probe was sent is a time
 // up to which ingest is known to have been consuming.
 //
+// Late is not new (invariant 8): the broker delivers a session's messages in
+// order, so a signal received after one of this member's probes reached the
+// broker no earlier than that probe was sent. That send time is the
+// signal's evidence: its stamp is capped at outage_after past it, and a
+// device found absent is admitted (added back, and announced recovered)
+// only if the evidence is newer than its lost mark. Probes ride the
+// signals' own subscription where they can, and go out on a connection of
+// their own so that they never queue behind a backlog's acks.
+//
 // Input that cannot be used is counted, logged at a limited rate, forwarded
 // to the dead-letter subject and acknowledged; it never holds up other
 // devices.
@@ -28,7 +37,8 @@
 //   - ingest.go: Ingest, New, Run (the wiring and the order of stopping), Signal.
 //   - signals.go: Signals, a batch from the API, stamped in order with barriers.
 //   - options.go: Options, their defaults and rules (QoS 0, 1 or 2).
-//   - source.go: the source — the paho client, onMessage, probe publishing.
+//   - source.go: the source — the paho clients, onMessage, evidence and
+//     stamps, probe publishing, the hand-over of a leaving group member.
 //   - pipeline.go: the pipeline's intake (in-flight bound, enqueue) and the
 //     collector that cuts batches per shard.
 //   - flush.go: the pipeline's flush — upsert, ack, welcome first-seen and

@@ -12,19 +12,22 @@
 //	               ErrNotOwner, ErrStaleTopology, ErrDraining, …
 //	topology.go    the topology record and its Watcher
 //	doubling.go    Double, layouts and floors, the drain and its reports
-//	upsert.go      Upsert, UpsertAt: pushing deadlines forward
+//	upsert.go      Upsert, UpsertAt: pushing deadlines forward; Admit
+//	               decides which absent ids may be added
 //	timers.go      Arm, Set, Score(s), Remove, Size, Head
 //	claim.go       Claim, Settle (compare-and-remove, compare-and-move)
 //	lease.go       leases (Acquire, Renew, Release, Owner) and scanner
 //	               membership (Heartbeat, Leave)
 //	watermark.go   the ingest watermark, its outages, ingest members
-//	registry.go    device types, sightings, lost marks
+//	registry.go    device types, sightings, lost marks (marked before
+//	               publishing, undone when not published)
 //	thresholds.go  per-device threshold overrides and Thresholds
 //	device.go      one device in every shard that may hold it: Get, and
 //	               Remove and SetThreshold fenced by topology
 //	state.go       per-device state by compare-and-set (the alarm's), mutes
 //	status.go      one batched status read of every shard
 //	writer.go      Writer: placing under a lagging topology, epoch reports
+//	time.go        Redis server time, the one clock
 //
 // Each Lua script is a package-level value directly above the one method
 // that runs it, with a header saying what each KEYS[n] and ARGV[n] is and
