@@ -71,9 +71,9 @@ type Options struct {
 	// the signals' subscriptions (inband), else just ProbeTopic. ordered
 	// says why the watermark needs a broker that keeps one order per
 	// session, or is empty if it does not. Set by defaults.
-	probes  []string
-	inband  bool
-	ordered string
+	probes      []string
+	inband      bool
+	ordered     string
 	OutageAfter time.Duration // a watermark gap larger than this is an outage, default 3s
 	// MemberTimeout is how long a member that stopped probing (it died)
 	// holds its shared group's watermark back, default 10s.
