@@ -66,20 +66,21 @@ type Options struct {
 	// messages unacked, it skips a subscription's next messages (and
 	// delivers them again only after ack_wait) while later ones pass.
 	OrderedBroker bool
-	// probes are the topics of the probes sent each interval, all with the
-	// same time: one under each filter (ProbeTopicUnder) when they can ride
-	// the signals' subscriptions (inband), else just ProbeTopic. ordered
-	// says why the watermark needs a broker that keeps one order per
-	// session, or is empty if it does not. Set by defaults.
-	probes      []string
-	inband      bool
-	ordered     string
-	OutageAfter time.Duration // a watermark gap larger than this is an outage, default 3s
+	OutageAfter   time.Duration // a watermark gap larger than this is an outage, default 3s
 	// MemberTimeout is how long a member that stopped probing (it died)
 	// holds its shared group's watermark back, default 10s.
 	MemberTimeout time.Duration
 
 	Now func() time.Time // clock, default time.Now
+
+	// probes are the topics of the probes sent each interval, all with the
+	// same time: one under each filter (ProbeTopicUnder) when they can ride
+	// the signals' subscriptions (inband), else just ProbeTopic. ordered
+	// says why the watermark needs a broker that keeps one order per
+	// session, or is empty if it does not. Set by defaults.
+	probes  []string
+	inband  bool
+	ordered string
 }
 
 const (
@@ -211,10 +212,12 @@ func ProbeTopicUnder(filter string, idLevel int, clientID string) (string, error
 }
 
 // inbandProbes returns one probe topic under each distinct filter, which
-// rides that filter's subscription: a broker delivers one subscription in
-// order, so a probe that comes back vouches for every signal on that
-// filter the broker had before it. If probes cannot ride the signals'
-// subscriptions, it returns why instead.
+// rides that filter's subscription: a session with one subscription gets
+// it in order from any broker, and one with several from a broker that
+// keeps one order per session (see OrderedBroker), so a probe that comes
+// back vouches for every signal on that filter the broker had before it.
+// If probes cannot ride the signals' subscriptions, it returns why
+// instead.
 func inbandProbes(o *Options) ([]string, string) {
 	if o.SharedGroup != "" {
 		return nil, fmt.Sprintf("a shared group (mqtt.shared_group %q)", o.SharedGroup)

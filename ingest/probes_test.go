@@ -109,11 +109,15 @@ func refused(t *testing.T, r *rig, opts Options, want string) {
 }
 
 // A shared group on Mosquitto, which identifies itself and keeps one order
-// per session, runs: a signal is stored and the watermark passes it.
+// per session, runs: a signal is stored and the watermark passes it, and
+// under back-pressure no watermark passes a signal not yet stored.
 func TestSharedGroupOnMosquittoRuns(t *testing.T) {
 	r := newRig(t, testenv.Options{Mosquitto: true})
 	run := r.start(t, Options{ClientID: "ingest-shared", SharedGroup: "g"})
 	watermarkPasses(t, r, run, r.env.Mosquitto.URL, "devices/m1/signal", "m1")
+	if n := unstoredUnderWatermark(t, r, r.env.Mosquitto.URL, nil); n != 0 {
+		t.Errorf("%d signals were under the watermark before their deadline was stored, want 0", n)
+	}
 }
 
 // mqtt.ordered_broker: true lets the probe on a topic of its own run on a

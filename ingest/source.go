@@ -44,8 +44,8 @@ type source struct {
 	connectedAt atomic.Int64                // unix ms when the current connection was subscribed; 0 before
 	// evidence is the send time, unix ms, of the latest probe this process
 	// received (on any of its connections) on every probe topic: the broker
-	// delivers a subscription's messages in order, so a signal received
-	// after that probe reached the broker no earlier. Before the first
+	// delivers a subscription's messages in order (see onConnect), so a
+	// signal received after that probe reached the broker no earlier. Before the first
 	// probes it is this member's stored watermark (see seed), or 0: nothing
 	// is known.
 	evidence atomic.Int64
@@ -334,7 +334,7 @@ func (s *source) onConnect(c mqtt.Client) {
 	}
 	// The probe topic is never shared: a probe must come back to the
 	// instance that sent it. A probe under a signal filter rides that
-	// subscription, in order with the signals, on any broker.
+	// subscription, in order with its signals.
 	if !s.opts.inband {
 		filters[s.opts.ProbeTopic] = 1
 	}
