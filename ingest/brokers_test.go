@@ -204,6 +204,13 @@ func TestWatermarkNeverPassesUnstoredSignals(t *testing.T) {
 // another way).
 func unstoredUnderWatermark(t *testing.T, r *rig, url string, pause func(bool)) int {
 	t.Helper()
+	return unstoredUnderWatermarkOn(t, r, url, pause, func(k int) string { return fmt.Sprintf("devices/o%d/signal", k) })
+}
+
+// unstoredUnderWatermarkOn is unstoredUnderWatermark with signal k
+// published on topic(k), whose id level must hold "o<k>".
+func unstoredUnderWatermarkOn(t *testing.T, r *rig, url string, pause func(bool), topic func(k int) string) int {
+	t.Helper()
 	if pause == nil {
 		pause = func(on bool) {
 			f := r.env.Redis.Resume
@@ -270,7 +277,7 @@ func unstoredUnderWatermark(t *testing.T, r *rig, url string, pause func(bool)) 
 		toks <- struct {
 			k   int
 			tok mqtt.Token
-		}{k, dev.Publish(fmt.Sprintf("devices/o%d/signal", k), 1, false, "")}
+		}{k, dev.Publish(topic(k), 1, false, "")}
 		if k%100 == 99 {
 			time.Sleep(20 * time.Millisecond) // ~5,000/s: the frozen spells build a backlog
 		}

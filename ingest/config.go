@@ -23,6 +23,9 @@ type MQTTConfig struct {
 	TypeLevel   int              `yaml:"type_level"`
 	SharedGroup string           `yaml:"shared_group"`
 	QoS         int              `yaml:"qos"` // 0, 1 or 2, run as configured
+	// OrderedBroker vouches that the broker delivers all of a session's
+	// messages in one order (see Options.OrderedBroker).
+	OrderedBroker bool `yaml:"ordered_broker"`
 }
 
 // TimestampConfig is the timestamp section: the signal time is the receive

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,19 +52,35 @@ type Options struct {
 	MaxInFlight   int           // signals received but not yet stored and acked, default 8192
 
 	ProbeInterval time.Duration // watermark probe period, default DefaultProbeInterval
-	// ProbeTopic is where this member sends its watermark probes. The
-	// default rides the signals' subscription when it can (one filter
-	// whose id level is a '+', no SharedGroup): ProbeTopicUnder(Topics[0],
-	// IDLevel, ClientID); otherwise "sigwatch/probe/<ClientID>", which is
-	// sound only on a broker that keeps one order across a session's
-	// subscriptions (Mosquitto does; the NATS MQTT listener does not).
-	ProbeTopic  string
-	OutageAfter time.Duration // a watermark gap larger than this is an outage, default 3s
+	// ProbeTopic is where this member sends its watermark probes when they
+	// cannot ride the signals' subscriptions (see Options.probes): with a
+	// SharedGroup, a filter whose id level is not a '+', or filters that
+	// overlap. Default "sigwatch/probe/<ClientID>".
+	ProbeTopic string
+	// OrderedBroker vouches that the broker delivers all of a session's
+	// messages in one order, whatever subscription they match. The
+	// watermark needs that unless there is one filter with a '+' at the id
+	// level and no SharedGroup; without OrderedBroker, Run then checks that
+	// the broker is Mosquitto (which does), and refuses it otherwise. The
+	// NATS MQTT listener does not: once a session holds max_ack_pending
+	// messages unacked, it skips a subscription's next messages (and
+	// delivers them again only after ack_wait) while later ones pass.
+	OrderedBroker bool
+	OutageAfter   time.Duration // a watermark gap larger than this is an outage, default 3s
 	// MemberTimeout is how long a member that stopped probing (it died)
 	// holds its shared group's watermark back, default 10s.
 	MemberTimeout time.Duration
 
 	Now func() time.Time // clock, default time.Now
+
+	// probes are the topics of the probes sent each interval, all with the
+	// same time: one under each filter (ProbeTopicUnder) when they can ride
+	// the signals' subscriptions (inband), else just ProbeTopic. ordered
+	// says why the watermark needs a broker that keeps one order per
+	// session, or is empty if it does not. Set by defaults.
+	probes  []string
+	inband  bool
+	ordered string
 }
 
 const (
@@ -135,13 +152,17 @@ func (o *Options) defaults() error {
 	o.ProbeInterval = cmp.Or(max(o.ProbeInterval, 0), c.ProbeInterval)
 	o.OutageAfter = cmp.Or(max(o.OutageAfter, 0), c.OutageAfter)
 	o.MemberTimeout = cmp.Or(max(o.MemberTimeout, 0), c.MemberTimeout)
-	if o.ProbeTopic == "" {
-		o.ProbeTopic = "sigwatch/probe/" + o.ClientID
-		if len(o.Topics) == 1 && o.SharedGroup == "" && !strings.ContainsAny(o.ClientID, "/+#") {
-			if t, err := ProbeTopicUnder(o.Topics[0], o.IDLevel, o.ClientID); err == nil {
-				o.ProbeTopic = t
-			}
-		}
+	o.ProbeTopic = cmp.Or(o.ProbeTopic, "sigwatch/probe/"+o.ClientID)
+	o.probes, o.ordered = inbandProbes(o)
+	o.inband = o.ordered == ""
+	switch {
+	case !o.inband:
+		o.probes = []string{o.ProbeTopic}
+	case len(o.probes) > 1:
+		// Each probe is then in order with its own subscription only on a
+		// broker that does not skip a subscription's messages for the
+		// others' sake (see OrderedBroker).
+		o.ordered = fmt.Sprintf("several filters (%q)", o.Topics)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -190,15 +211,47 @@ func ProbeTopicUnder(filter string, idLevel int, clientID string) (string, error
 	return strings.Join(levels, "/"), nil
 }
 
-// probeInband reports whether one of the signal filters matches the probe
-// topic: the probe then rides that subscription and needs none of its own.
-func (o *Options) probeInband() bool {
+// inbandProbes returns one probe topic under each distinct filter, which
+// rides that filter's subscription: a session with one subscription gets
+// it in order from any broker, and one with several from a broker that
+// keeps one order per session (see OrderedBroker), so a probe that comes
+// back vouches for every signal on that filter the broker had before it.
+// If probes cannot ride the signals' subscriptions, it returns why
+// instead.
+func inbandProbes(o *Options) ([]string, string) {
+	if o.SharedGroup != "" {
+		return nil, fmt.Sprintf("a shared group (mqtt.shared_group %q)", o.SharedGroup)
+	}
+	if strings.ContainsAny(o.ClientID, "/+#") {
+		return nil, fmt.Sprintf("a client id with '/', '+' or '#' (%q)", o.ClientID)
+	}
+	var filters, probes []string
 	for _, f := range o.Topics {
-		if o.SharedGroup == "" && topicMatches(f, o.ProbeTopic) {
-			return true
+		if slices.Contains(filters, f) {
+			continue
+		}
+		t, err := ProbeTopicUnder(f, o.IDLevel, o.ClientID)
+		if err != nil {
+			return nil, fmt.Sprintf("filter %q, whose level %d (mqtt.id_level) is not a '+'", f, o.IDLevel)
+		}
+		filters, probes = append(filters, f), append(probes, t)
+	}
+	// A probe that another filter matches too may come back on that
+	// filter's subscription first, which vouches for nothing on its own.
+	for k, t := range probes {
+		for j, f := range filters {
+			if j != k && topicMatches(f, t) {
+				return nil, fmt.Sprintf("overlapping filters (%q and %q)", filters[k], f)
+			}
 		}
 	}
-	return false
+	return probes, ""
+}
+
+// probeIndex returns the index in probes of topic, or -1 if it is not one
+// of this member's probe topics.
+func (o *Options) probeIndex(topic string) int {
+	return slices.Index(o.probes, topic)
 }
 
 // topicMatches reports whether the MQTT filter matches topic.

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,11 +43,24 @@ type source struct {
 	prober      atomic.Pointer[mqtt.Client] // publishes the probes
 	connectedAt atomic.Int64                // unix ms when the current connection was subscribed; 0 before
 	// evidence is the send time, unix ms, of the latest probe this process
-	// received (on any of its connections): the broker delivers one
-	// session's messages in order, so a signal received after that probe
-	// reached the broker no earlier. Before the first probe it is this
-	// member's stored watermark (see seed), or 0: nothing is known.
+	// received (on any of its connections) on every probe topic: the broker
+	// delivers a subscription's messages in order (see onConnect), so a
+	// signal received after that probe reached the broker no earlier. Before the first
+	// probes it is this member's stored watermark (see seed), or 0: nothing
+	// is known.
 	evidence atomic.Int64
+	// back holds, per probe topic (Options.probes), the send times of the
+	// latest probe that came back, and barrier the last barrier handed to
+	// the pipeline.
+	back struct {
+		sync.Mutex
+		any     []int64 // on any connection
+		current []int64 // sent on the current connection
+		barrier int64
+	}
+	// refused receives why the broker cannot carry the probes soundly;
+	// run then returns it.
+	refused chan error
 	// stampFrom is what stamps are capped from while there is no evidence:
 	// the global watermark, or the start time.
 	stampFrom atomic.Int64
@@ -61,8 +76,11 @@ type source struct {
 }
 
 func newSource(opts *Options, pipe *pipeline, dead *deadLetters, log *slog.Logger) *source {
-	s := &source{opts: opts, log: log, pipe: pipe, dead: dead, connLog: ratelog.New(time.Minute, opts.Now)}
+	s := &source{opts: opts, log: log, pipe: pipe, dead: dead, connLog: ratelog.New(time.Minute, opts.Now),
+		refused: make(chan error, 1)}
 	s.brokerDropped.Store(-1)
+	s.back.any = make([]int64, len(opts.probes))
+	s.back.current = make([]int64, len(opts.probes))
 	return s
 }
 
@@ -78,7 +96,8 @@ func (s *source) run(ctx context.Context) error {
 	c := mqtt.NewClient(s.clientOptions())
 	s.client.Store(&c)
 	tok := c.Connect()
-	// A refused connection ends the probing with it.
+	// A refused connection ends the probing with it, and so does a broker
+	// that cannot carry the probes soundly.
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		select {
@@ -87,8 +106,14 @@ func (s *source) run(ctx context.Context) error {
 				return fmt.Errorf("ingest: connect to %v: %w", s.opts.Brokers, err)
 			}
 		case <-gctx.Done():
+			return nil
 		}
-		return nil
+		select {
+		case err := <-s.refused:
+			return err
+		case <-gctx.Done():
+			return nil
+		}
 	})
 	// Probes go out on a connection of their own: on the subscriber's
 	// connection they would queue behind its acks, which the broker may
@@ -161,12 +186,13 @@ func (s *source) disconnect() {
 	}
 }
 
-// probe publishes a probe carrying its send time on the probe connection
-// p, if both it and the subscriber's connection c are up. The broker
-// queues the probe to c's session behind every message it routed there
-// before the probe arrived, so the send time still bounds them. The token
-// is not awaited: a probe that never comes back simply does not advance the
-// watermark. buf is scratch space, returned for reuse.
+// probe publishes the probes carrying their send time on the probe
+// connection p, if both it and the subscriber's connection c are up. The
+// broker queues each probe to c's session behind every message it routed
+// to the same subscription before the probe arrived, so the send time
+// still bounds them. The tokens are not awaited: a probe that never comes
+// back simply does not advance the watermark. buf is scratch space,
+// returned for reuse.
 func (s *source) probe(c, p mqtt.Client, buf []byte) []byte {
 	if !c.IsConnectionOpen() || s.connectedAt.Load() == 0 || !p.IsConnectionOpen() {
 		return buf
@@ -175,13 +201,19 @@ func (s *source) probe(c, p mqtt.Client, buf []byte) []byte {
 	return buf
 }
 
-// sendProbe publishes one probe on client and returns its time and token;
-// handOver's last probe is made the same way as the periodic ones.
+// sendProbe publishes on client one probe on each probe topic, all with
+// the same time, and returns that time and the last probe's token (with
+// one probe topic, as in handOver, the token of the one probe); handOver's
+// last probe is made the same way as the periodic ones.
 func (s *source) sendProbe(client mqtt.Client, buf []byte) ([]byte, int64, mqtt.Token) {
 	ms := s.opts.Now().UnixMilli()
 	buf = strconv.AppendInt(buf[:0], ms, 10)
-	// paho keeps the payload slice, so each probe gets its own.
-	return buf, ms, client.Publish(s.opts.ProbeTopic, 1, false, append([]byte(nil), buf...))
+	var tok mqtt.Token
+	for _, topic := range s.opts.probes {
+		// paho keeps the payload slice, so each probe gets its own.
+		tok = client.Publish(topic, 1, false, append([]byte(nil), buf...))
+	}
+	return buf, ms, tok
 }
 
 // probeOptions configures the probe connection: it only publishes, with a
@@ -271,7 +303,26 @@ func (s *source) clientOptions() *mqtt.ClientOptions {
 // subscribes, at a time no later than anything the broker can route to it,
 // so that the group's watermark waits for it from its first signal on.
 // Once the member is leaving (handOver), it subscribes only its probes.
+//
+// Unless there is one filter, with the probe riding its subscription, the
+// watermark is sound only on a broker that keeps one order across a
+// session's subscriptions; unless the operator vouches for the broker
+// (OrderedBroker), it must show it is Mosquitto first, on every connection
+// (the brokers listed may differ).
 func (s *source) onConnect(c mqtt.Client) {
+	if s.opts.ordered != "" && !s.opts.OrderedBroker {
+		ok, err := s.identify(c)
+		if err != nil {
+			s.log.Error("refusing the MQTT broker", "err", err)
+			select {
+			case s.refused <- err:
+			default:
+			}
+		}
+		if !ok {
+			return
+		}
+	}
 	filters := make(map[string]byte, len(s.opts.Topics)+1)
 	if !s.leaving.Load() {
 		if s.join != nil && !s.joinGroup(c) {
@@ -283,8 +334,8 @@ func (s *source) onConnect(c mqtt.Client) {
 	}
 	// The probe topic is never shared: a probe must come back to the
 	// instance that sent it. A probe under a signal filter rides that
-	// subscription, in order with the signals, on any broker.
-	if !s.opts.probeInband() {
+	// subscription, in order with its signals.
+	if !s.opts.inband {
 		filters[s.opts.ProbeTopic] = 1
 	}
 	tok := c.SubscribeMultiple(filters, nil)
@@ -331,6 +382,61 @@ func (s *source) joinGroup(c mqtt.Client) bool {
 		}
 		time.Sleep(storeBackoff.Delay(attempt))
 	}
+}
+
+// sysVersion is where Mosquitto publishes, retained, its name and
+// version ("mosquitto version 2.0.11").
+const sysVersion = "$SYS/broker/version"
+
+// identifyWait bounds how long after subscribing to sysVersion the broker
+// may take to identify itself.
+const identifyWait = 3 * time.Second
+
+// identify reports whether the broker on c identified itself as Mosquitto,
+// which delivers all of a session's subscriptions in one order. If it did
+// not, the error says why the broker is refused and what to change; with
+// neither, the connection failed first and the next one tries again.
+func (s *source) identify(c mqtt.Client) (bool, error) {
+	version := make(chan string, 1)
+	tok := c.Subscribe(sysVersion, 0, func(_ mqtt.Client, m mqtt.Message) {
+		select {
+		case version <- strings.TrimSpace(string(m.Payload())):
+		default:
+		}
+	})
+	if !tok.WaitTimeout(subscribeWait) || tok.Error() != nil {
+		s.log.Warn("subscribing to the broker's version failed; trying again on the next connection", "err", tok.Error())
+		return false, nil
+	}
+	defer c.Unsubscribe(sysVersion)
+	if q := tok.(*mqtt.SubscribeToken).Result()[sysVersion]; q == 0x80 {
+		return false, s.unordered("refused a subscription to " + sysVersion)
+	}
+	select {
+	case v := <-version:
+		if strings.HasPrefix(strings.ToLower(v), "mosquitto") {
+			s.log.Info("the MQTT broker keeps one order per session", "version", v)
+			return true, nil
+		}
+		return false, s.unordered(fmt.Sprintf("identifies itself as %q, not Mosquitto", v))
+	case <-time.After(identifyWait):
+		if !c.IsConnectionOpen() {
+			return false, nil
+		}
+		return false, s.unordered(fmt.Sprintf("did not identify itself within %v (no retained %s; Mosquitto publishes it unless sys_interval is 0)",
+			identifyWait, sysVersion))
+	}
+}
+
+// unordered is the refusal of a broker that is not known to keep one order
+// per session, which the watermark needs with s.opts.ordered.
+func (s *source) unordered(what string) error {
+	return fmt.Errorf("ingest: the MQTT broker at %v %s. With %s, the watermark probes keep behind the signals "+
+		"only on a broker that delivers all of a session's messages in one order, whatever subscription they match "+
+		"(Mosquitto does; the NATS MQTT listener does not, and has no shared subscriptions). "+
+		"Use one filter with a '+' at mqtt.id_level and no mqtt.shared_group, "+
+		"or set mqtt.ordered_broker: true if this broker keeps one order per session",
+		s.opts.Brokers, what, s.opts.ordered)
 }
 
 // sysDropped is where Mosquitto publishes how many messages it dropped.
@@ -388,8 +494,8 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 		s.onDropped(nil, m)
 		return
 	}
-	if topic == s.opts.ProbeTopic {
-		s.onProbe(m)
+	if k := s.opts.probeIndex(topic); k >= 0 {
+		s.onProbe(k, m)
 		return
 	}
 	now := s.opts.Now()
@@ -496,21 +602,40 @@ func (s *source) raiseEvidence(ms int64) {
 	}
 }
 
-// onProbe passes a returned probe to the pipeline as a barrier. A probe
-// counts only if it was sent on the current connection: one sent before a
-// disconnection (and resent after it, or left over in the session) says
-// nothing about the time in between.
-func (s *source) onProbe(m mqtt.Message) {
+// onProbe records a returned probe, sent on probe topic k (see
+// Options.probes), and passes the earliest time for which every probe
+// topic's probe is back to the pipeline as a barrier, when it rises: a
+// signal on any filter that reached the broker before that time has been
+// received. A probe counts only if it was sent on the current connection:
+// one sent before a disconnection (and resent after it, or left over in
+// the session) says nothing about the time in between.
+func (s *source) onProbe(k int, m mqtt.Message) {
 	m.Ack()
 	ms, err := strconv.ParseInt(string(m.Payload()), 10, 64)
 	if err != nil || ms <= 0 {
 		return
 	}
-	// Whatever connection it was sent on, the probe was sent at ms: what
-	// comes after it reached the broker later.
-	s.raiseEvidence(ms)
-	if ms < s.connectedAt.Load() {
-		return
+	since := s.connectedAt.Load()
+	b := &s.back
+	b.Lock()
+	b.any[k] = max(b.any[k], ms)
+	// Whatever connection they were sent on, the probes were sent by then:
+	// what comes after them reached the broker later.
+	ev := slices.Min(b.any)
+	if ms >= since {
+		b.current[k] = max(b.current[k], ms)
 	}
-	s.pipe.enqueueBarrier(ms)
+	barrier := slices.Min(b.current)
+	if barrier < since || barrier <= b.barrier {
+		barrier = 0
+	} else {
+		b.barrier = barrier
+	}
+	b.Unlock()
+	if ev > 0 {
+		s.raiseEvidence(ev)
+	}
+	if barrier > 0 {
+		s.pipe.enqueueBarrier(barrier)
+	}
 }
