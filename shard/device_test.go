@@ -23,7 +23,7 @@ func movedID(t *testing.T, prefix string, n int) string {
 }
 
 // TestDeviceOpsDuringDoubling proves that threshold changes and removals
-// are fenced by topology (issue 11, 9b): an API whose topology lags a
+// are fenced by topology: an API whose topology lags a
 // doubling is refused by the shards, reads the topology again, and acts on
 // the device in both shards that may hold it. A raised threshold moves
 // both copies, so the effective deadline (the later one) is the last

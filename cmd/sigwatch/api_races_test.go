@@ -216,7 +216,7 @@ func TestThresholdFlipNoLost(t *testing.T) {
 // devices while `sigwatch shards double` runs beside the API (whose
 // topology lags it by up to its poll interval): devices that keep
 // signalling are never lost, and removed devices are neither watched nor
-// lost afterwards (issue 11, 9b).
+// lost afterwards.
 func TestThresholdAndDeleteDuringDoubling(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
 	app := startApp(t, env, func(c *Config) { c.Thresholds.Default = 2 * time.Second })
