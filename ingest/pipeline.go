@@ -99,6 +99,14 @@ func (p *pipeline) signal(id, typ string, at time.Time, msg mqtt.Message, done c
 // nothing over, and returns an error, when the pipeline is stopping or ctx
 // ends first.
 func (p *pipeline) enqueue(ctx context.Context, s signal) error {
+	return p.hand(ctx, func() signal { return s }, false)
+}
+
+// hand takes an in-flight slot, then builds the signal and sends it to the
+// collector. With ordered, building and sending happen under order, which
+// barriers are enqueued under too, so a signal stamped by build is never
+// queued behind a barrier newer than its stamp.
+func (p *pipeline) hand(ctx context.Context, build func() signal, ordered bool) error {
 	p.gate.RLock()
 	defer p.gate.RUnlock()
 	if p.closed {
@@ -111,8 +119,12 @@ func (p *pipeline) enqueue(ctx context.Context, s signal) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	if ordered {
+		p.order.Lock()
+		defer p.order.Unlock()
+	}
 	select {
-	case p.work <- s:
+	case p.work <- build():
 		return nil
 	case <-p.stopping:
 	case <-ctx.Done():

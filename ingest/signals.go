@@ -93,35 +93,11 @@ func (in *Ingest) Signals(ctx context.Context, sigs []Sig) error {
 // against that moment. Like enqueue, it hands nothing over when the
 // pipeline is stopping or ctx ends first.
 func (p *pipeline) enqueueStamped(ctx context.Context, id, typ string, at time.Time, done chan error) error {
-	p.gate.RLock()
-	defer p.gate.RUnlock()
-	if p.closed {
-		return ErrStopped
-	}
-	select {
-	case p.slots <- struct{}{}:
-	case <-p.stopping:
-		return ErrStopped
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	p.order.Lock()
-	now := p.opts.Now()
-	if at.IsZero() {
-		at = now
-	}
-	s := p.signal(id, typ, clamp(at, now, p.opts.MaxSkew), nil, done)
-	select {
-	case p.work <- s:
-		p.order.Unlock()
-		return nil
-	case <-p.stopping:
-	case <-ctx.Done():
-	}
-	p.order.Unlock()
-	<-p.slots
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return ErrStopped
+	return p.hand(ctx, func() signal {
+		now := p.opts.Now()
+		if at.IsZero() {
+			at = now
+		}
+		return p.signal(id, typ, clamp(at, now, p.opts.MaxSkew), nil, done)
+	}, true)
 }
