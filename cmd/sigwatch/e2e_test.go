@@ -119,6 +119,9 @@ type devices struct {
 	c      mqtt.Client
 	ids    []string
 	period time.Duration
+	// stamped devices carry their send time in the payload ("ts", unix
+	// ms), for timestamp.mode payload.
+	stamped bool
 
 	mu       sync.Mutex
 	silentAt map[string]time.Time // device -> last signal it will ever send (acked)
@@ -127,9 +130,16 @@ type devices struct {
 
 func startDevices(t *testing.T, broker string, n int, period time.Duration) *devices {
 	t.Helper()
+	return startFleet(t, broker, n, period, false)
+}
+
+// startFleet is startDevices whose devices, with stamped set, carry their
+// send time in the payload.
+func startFleet(t *testing.T, broker string, n int, period time.Duration, stamped bool) *devices {
+	t.Helper()
 	c := testenv.MQTT(t, mqtt.NewClientOptions().AddBroker(broker).SetClientID(fmt.Sprintf("e2e-devices-%d", time.Now().UnixNano())).
 		SetAutoReconnect(true).SetOrderMatters(false))
-	d := &devices{t: t, c: c, period: period, silentAt: map[string]time.Time{}, last: map[string]time.Time{}}
+	d := &devices{t: t, c: c, period: period, stamped: stamped, silentAt: map[string]time.Time{}, last: map[string]time.Time{}}
 	for i := 0; i < n; i++ {
 		d.ids = append(d.ids, fmt.Sprintf("e2e-%04d", i))
 	}
@@ -159,7 +169,11 @@ func (d *devices) run(ctx context.Context, done chan struct{}) {
 		sent := make([]time.Time, len(live))
 		for j, id := range live {
 			sent[j] = time.Now()
-			toks[j] = d.c.Publish("devices/"+id+"/signal", 1, false, []byte{})
+			payload := []byte{}
+			if d.stamped {
+				payload = fmt.Appendf(nil, `{"ts":%d}`, sent[j].UnixMilli())
+			}
+			toks[j] = d.c.Publish("devices/"+id+"/signal", 1, false, payload)
 		}
 		for j, tok := range toks {
 			if tok.WaitTimeout(5*time.Second) && tok.Error() == nil {

@@ -1,13 +1,9 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"syscall"
 	"testing"
 	"time"
-
-	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/testenv"
@@ -117,56 +113,4 @@ func stallReplica(t *testing.T, group, mode string) {
 		t.Errorf("got %d recovered events, %d devices with more than one lost id, %d early; want 0, 0, 0", falseBack, multi, early)
 	}
 	checkExactlySilenced(t, lost, d, threshold)
-}
-
-// startFleet is startDevices whose devices, with stamped set, carry their
-// send time in the payload ("ts", unix ms) for timestamp.mode payload.
-func startFleet(t *testing.T, broker string, n int, period time.Duration, stamped bool) *devices {
-	t.Helper()
-	if !stamped {
-		return startDevices(t, broker, n, period)
-	}
-	c := testenv.MQTT(t, mqtt.NewClientOptions().AddBroker(broker).SetClientID(fmt.Sprintf("e2e-fleet-%d", time.Now().UnixNano())).
-		SetAutoReconnect(true).SetOrderMatters(false))
-	d := &devices{t: t, c: c, period: period, silentAt: map[string]time.Time{}, last: map[string]time.Time{}}
-	for i := 0; i < n; i++ {
-		d.ids = append(d.ids, fmt.Sprintf("e2e-%04d", i))
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(period)
-		defer tick.Stop()
-		for {
-			d.mu.Lock()
-			var live []string
-			for _, id := range d.ids {
-				if _, silent := d.silentAt[id]; !silent {
-					live = append(live, id)
-				}
-			}
-			d.mu.Unlock()
-			toks := make([]mqtt.Token, len(live))
-			sent := make([]time.Time, len(live))
-			for j, id := range live {
-				sent[j] = time.Now()
-				toks[j] = c.Publish("devices/"+id+"/signal", 1, false, fmt.Appendf(nil, `{"ts":%d}`, sent[j].UnixMilli()))
-			}
-			for j, tok := range toks {
-				if tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
-					d.mu.Lock()
-					d.last[live[j]] = sent[j]
-					d.mu.Unlock()
-				}
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return d
 }
