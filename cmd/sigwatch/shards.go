@@ -28,16 +28,12 @@ func cmdShards(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	store, err := dialConfigured(*path)
+	// Lags are measured on Redis server time, the clock the roles run on.
+	store, now, err := dialConfigured(ctx, *path)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	// Lags are measured on Redis server time, the clock the roles run on.
-	now, err := store.Time(ctx)
-	if err != nil {
-		return err
-	}
 	v, err := shardsStatus(ctx, store, now)
 	if err != nil {
 		return err
@@ -61,14 +57,23 @@ func cmdShards(ctx context.Context, args []string, stdout io.Writer) error {
 	return tw.Flush()
 }
 
-// dialConfigured loads the config at path (with the environment over it)
-// and dials its Redis.
-func dialConfigured(path string) (*shard.Store, error) {
+// dialConfigured loads the config at path (with the environment over it),
+// dials its Redis and reads its server time, the clock the roles run on.
+func dialConfigured(ctx context.Context, path string) (*shard.Store, time.Time, error) {
 	cfg, err := LoadConfig(path, os.Environ())
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
-	return shard.Dial(cfg.Redis)
+	store, err := shard.Dial(cfg.Redis)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	now, err := store.Time(ctx)
+	if err != nil {
+		store.Close()
+		return nil, time.Time{}, err
+	}
+	return store, now, nil
 }
 
 // cmdShardsDouble starts a doubling of the shard count on the Redis of the
@@ -79,17 +84,13 @@ func cmdShardsDouble(ctx context.Context, args []string, stdout io.Writer) error
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	store, err := dialConfigured(*path)
+	// The drain compares the doubling's start with its own clock: it is
+	// stamped on Redis server time, the clock the roles run on.
+	store, now, err := dialConfigured(ctx, *path)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	// The drain compares the doubling's start with its own clock: stamp it
-	// on Redis server time, the clock the roles run on.
-	now, err := store.Time(ctx)
-	if err != nil {
-		return err
-	}
 	t, err := store.Double(ctx, now)
 	if err != nil {
 		return err
