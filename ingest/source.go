@@ -219,12 +219,17 @@ func (s *source) sendProbe(client mqtt.Client, buf []byte) ([]byte, int64, mqtt.
 // probeOptions configures the probe connection: it only publishes, with a
 // clean session, as ClientID + "-probe".
 func (s *source) probeOptions() *mqtt.ClientOptions {
+	return s.connOptions(s.opts.ClientID + "-probe").SetCleanSession(true)
+}
+
+// connOptions are what both connections share: the brokers, reconnection,
+// timeouts, credentials and TLS.
+func (s *source) connOptions(clientID string) *mqtt.ClientOptions {
 	o := mqtt.NewClientOptions()
 	for _, b := range s.opts.Brokers {
 		o.AddBroker(b)
 	}
-	o.SetClientID(s.opts.ClientID + "-probe").
-		SetCleanSession(true).
+	o.SetClientID(clientID).
 		SetAutoReconnect(true).
 		SetConnectRetry(true).
 		SetConnectRetryInterval(time.Second).
@@ -265,33 +270,15 @@ const subscribeWait = 10 * time.Second
 // it blocks only when MaxInFlight signals are in flight, which stops paho
 // reading from the connection and lets the broker queue.
 func (s *source) clientOptions() *mqtt.ClientOptions {
-	o := mqtt.NewClientOptions()
-	for _, b := range s.opts.Brokers {
-		o.AddBroker(b)
-	}
-	o.SetClientID(s.opts.ClientID).
+	return s.connOptions(s.opts.ClientID).
 		SetCleanSession(cleanSession(s.opts)). // see Options.ClientID
 		SetAutoAckDisabled(true).
 		SetOrderMatters(true).
-		SetAutoReconnect(true).
-		SetConnectRetry(true).
-		SetConnectRetryInterval(time.Second).
-		SetMaxReconnectInterval(reconnectMax).
-		SetWriteTimeout(5 * time.Second).
-		SetKeepAlive(15 * time.Second).
 		SetResumeSubs(false).
 		SetDefaultPublishHandler(s.onMessage).
 		SetOnConnectHandler(s.onConnect).
 		SetConnectionLostHandler(s.onConnectionLost).
 		SetConnectionNotificationHandler(s.onConnectionNotification)
-	if s.opts.Username != "" {
-		o.SetUsername(s.opts.Username)
-		o.SetPassword(s.opts.Password)
-	}
-	if s.opts.TLS != nil {
-		o.SetTLSConfig(s.opts.TLS)
-	}
-	return o
 }
 
 // onConnect (re)subscribes on every connection: the session normally keeps
