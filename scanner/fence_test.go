@@ -49,19 +49,7 @@ func TestStaleOwnerPublishesNothingAfterLosingItsLease(t *testing.T) {
 
 	// a reaches Redis through a proxy that the test holds: a Redis outage
 	// seen by a alone, as a pause or a network partition would be.
-	proxy := testenv.NewProxy(t, h.env.Redis.Addr)
-	storeA := testenv.StoreOn(t, []string{proxy.Addr}, "sw")
-	topoA, err := shard.NewWatcher(h.ctx, storeA, h.shards, time.Second, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	a, err := New(Options{Replica: "a", LeaseTTL: time.Second, Rebalance: 100 * time.Millisecond,
-		Poll: 10 * time.Millisecond, Batch: 64, Thresholds: shard.NewThresholds(storeA, threshold, nil)},
-		storeA, topoA, h.pub, prometheus.NewRegistry(), log.With("replica", "a"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, proxy := h.scannerBehindProxy("a")
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	a.h.beforePublish = func(int) {
@@ -150,19 +138,7 @@ func TestRepublishAfterLongOutageStoresNoSecondEvent(t *testing.T) {
 	h.shortWindow()
 	h.advanceWatermark()
 
-	proxy := testenv.NewProxy(t, h.env.Redis.Addr)
-	storeA := testenv.StoreOn(t, []string{proxy.Addr}, "sw")
-	topoA, err := shard.NewWatcher(h.ctx, storeA, h.shards, time.Second, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	a, err := New(Options{Replica: "a", LeaseTTL: time.Second, Rebalance: 100 * time.Millisecond,
-		Poll: 10 * time.Millisecond, Batch: 64, Thresholds: shard.NewThresholds(storeA, threshold, nil)},
-		storeA, topoA, h.pub, prometheus.NewRegistry(), log.With("replica", "a"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, proxy := h.scannerBehindProxy("a")
 	held := make(chan struct{})
 	var once sync.Once
 	a.afterPublish = func(int) {
@@ -204,4 +180,24 @@ func TestRepublishAfterLongOutageStoresNoSecondEvent(t *testing.T) {
 		}
 	}
 	t.Logf("%d deadlines: %d lost messages stored, %d ids stored twice", n, sum(ids), twice)
+}
+
+// scannerBehindProxy returns a scanner that reaches Redis through a proxy
+// the test holds: a Redis outage seen by that replica alone.
+func (h *harness) scannerBehindProxy(replica string) (*Scanner, *testenv.Proxy) {
+	h.t.Helper()
+	proxy := testenv.NewProxy(h.t, h.env.Redis.Addr)
+	store := testenv.StoreOn(h.t, []string{proxy.Addr}, "sw")
+	topo, err := shard.NewWatcher(h.ctx, store, h.shards, time.Second, nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(h.t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := New(Options{Replica: replica, LeaseTTL: time.Second, Rebalance: 100 * time.Millisecond,
+		Poll: 10 * time.Millisecond, Batch: 64, Thresholds: shard.NewThresholds(store, threshold, nil)},
+		store, topo, h.pub, prometheus.NewRegistry(), log.With("replica", replica))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return s, proxy
 }
