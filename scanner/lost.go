@@ -87,6 +87,12 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 		sent = append(sent, e)
 	}
 
+	// A replica resumed from a pause longer than its lease marks nothing:
+	// the marks live beside the registry, where the lease cannot fence them.
+	if !b.Held() {
+		h.m.fenced.Add(float64(len(sent)))
+		return nil, nil, fmt.Errorf("scanner: shard %d: lease ran out before marking: %w", i, queue.ErrFenced)
+	}
 	// The devices are marked lost before they are published, so that an
 	// entry gone from its shard is always marked; a mark whose event is
 	// not published is undone.

@@ -26,7 +26,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		republishSkipped: prometheus.NewCounter(prometheus.CounterOpts(opts("republish_skipped_total",
 			"Lost events an earlier owner had stored but not settled, found in the stream and not published again."))),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts(opts("fenced_total",
-			"Lost events the stream refused because another replica had taken the shard since (invariant 11)."))),
+			"Lost events not published because another replica had taken the shard since: the stream refused them, or the lease ran out before they were marked (invariant 11)."))),
 		fireLag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: lag.Namespace, Subsystem: lag.Subsystem,
 			Name: lag.Name, Help: lag.Help, ConstLabels: lag.ConstLabels, Buckets: prometheus.ExponentialBucketsRange(0.001, 60, 17)}),
 	}

@@ -6,7 +6,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/sigwatch/sigwatch/internal/testenv"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -55,4 +57,53 @@ func TestFencedBatchSettlesNothing(t *testing.T) {
 	if _, ok := h.score("d1"); ok {
 		t.Errorf("d1 still due after the batch under the second fence was handled")
 	}
+}
+
+// TestBatchHeldEndsWithTheLease proves that a batch knows when its lease
+// has surely run out by the replica's own clock: once renewals stop
+// reaching Redis for longer than the lease time (as in a long pause or a
+// partition), Batch.Held reports false, so a handler does nothing the
+// lease cannot fence.
+func TestBatchHeldEndsWithTheLease(t *testing.T) {
+	h := newHarness(t)
+	h.add(shard.Entry{ID: "d1", Deadline: 1})
+	proxy := testenv.NewProxy(t, h.env.Redis.Addr)
+	store := testenv.StoreOn(t, []string{proxy.Addr}, "sw")
+	topo, err := shard.NewWatcher(h.ctx, store, 1, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = time.Second
+	type seen struct{ before, after bool }
+	got := make(chan seen, 1)
+	hd := &handler{fire: func(b Batch) ([]shard.Entry, []shard.Move, error) {
+		s := seen{before: b.Held()}
+		proxy.Hold()
+		time.Sleep(ttl + 500*time.Millisecond)
+		s.after = b.Held()
+		proxy.Release()
+		select {
+		case got <- s:
+		default:
+		}
+		return nil, nil, ErrFenced
+	}}
+	e, err := New(Options{Replica: "a", Family: shard.Deadlines, LeaseTTL: ttl, Rebalance: 100 * time.Millisecond,
+		Poll: 10 * time.Millisecond}, store, topo, hd, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- e.Run(ctx) }()
+	select {
+	case s := <-got:
+		if !s.before || s.after {
+			t.Errorf("Held was %v at the claim and %v after renewals failed for longer than the lease, want true then false", s.before, s.after)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("no batch fired within 10s")
+	}
+	cancel()
+	<-ran
 }

@@ -45,6 +45,7 @@ func (e *Engine) rebalance(ctx, loopCtx context.Context, wg *sync.WaitGroup) {
 	e.mu.Unlock()
 
 	leases := make([]*shard.Lease, len(missing))
+	sent := time.Now()
 	parallel(len(missing), func(j int) {
 		l, ok, err := e.store.Acquire(ctx, missing[j], e.opts.Replica, e.opts.LeaseTTL)
 		if err != nil {
@@ -59,16 +60,17 @@ func (e *Engine) rebalance(ctx, loopCtx context.Context, wg *sync.WaitGroup) {
 	})
 	for _, l := range leases {
 		if l != nil {
-			e.start(loopCtx, wg, *l)
+			e.start(loopCtx, wg, *l, sent)
 		}
 	}
 	e.m.owned.Set(float64(len(e.Owned())))
 }
 
 // start runs a shard loop for a freshly acquired lease.
-func (e *Engine) start(loopCtx context.Context, wg *sync.WaitGroup, lease shard.Lease) {
+func (e *Engine) start(loopCtx context.Context, wg *sync.WaitGroup, lease shard.Lease, sent time.Time) {
 	ctx, cancel := context.WithCancel(loopCtx)
 	l := &shardLoop{lease: lease, stop: make(chan struct{}), cancel: cancel}
+	l.extend(sent, e.opts.LeaseTTL)
 	e.mu.Lock()
 	e.loops[lease.Shard] = l
 	e.mu.Unlock()
@@ -98,8 +100,11 @@ func (e *Engine) renew(ctx context.Context) {
 	e.mu.Unlock()
 	parallel(len(loops), func(j int) {
 		l := loops[j]
+		sent := time.Now()
 		err := e.store.Renew(ctx, l.lease, e.opts.LeaseTTL)
 		switch {
+		case err == nil:
+			l.extend(sent, e.opts.LeaseTTL)
 		case errors.Is(err, shard.ErrNotOwner):
 			e.leaseLost(l, "renew")
 		case err != nil && ctx.Err() == nil:

@@ -20,6 +20,23 @@ type shardLoop struct {
 	stopOnce sync.Once
 	cancel   context.CancelFunc // the hard stop, when the lease is lost
 	lost     atomic.Bool
+	// until is the local (monotonic) time before which the lease surely
+	// holds: the send time of its last acquisition or renewal plus the
+	// lease time, since Redis starts the lease's clock no earlier.
+	until atomic.Pointer[time.Time]
+}
+
+// extend records that the lease was acquired or renewed by a call sent at
+// sent.
+func (l *shardLoop) extend(sent time.Time, ttl time.Duration) {
+	u := sent.Add(ttl)
+	l.until.Store(&u)
+}
+
+// held reports whether the lease surely still holds.
+func (l *shardLoop) held() bool {
+	u := l.until.Load()
+	return u != nil && time.Now().Before(*u)
 }
 
 func (l *shardLoop) requestStop() { l.stopOnce.Do(func() { close(l.stop) }) }
@@ -181,7 +198,7 @@ func (e *Engine) step(ctx context.Context, i int, l *shardLoop) (time.Duration, 
 		fireErr error
 	)
 	if len(due) > 0 {
-		handled, moves, fireErr = e.h.Fire(ctx, Batch{Shard: i, Due: due, Now: now, Outages: outages, Fence: l.fence})
+		handled, moves, fireErr = e.h.Fire(ctx, Batch{Shard: i, Due: due, Now: now, Outages: outages, Fence: l.fence, held: l.held})
 		if errors.Is(fireErr, ErrFenced) {
 			// Nothing of a fenced-out batch is settled: the new owner has it.
 			return 0, nil, fireErr

@@ -32,7 +32,17 @@ type Batch struct {
 	// that nothing it publishes is stored once another replica has taken
 	// the shard.
 	Fence uint64
+
+	held func() bool
 }
+
+// Held reports whether this replica surely still holds the shard's lease,
+// by its own monotonic clock: the lease's last renewal has not run out. A
+// handler checks it before an effect the lease cannot fence (a lost mark
+// in another slot), so that a replica resumed from a long pause does no
+// such thing; the pause may still fall just after the check, which the
+// handler's undo covers.
+func (b Batch) Held() bool { return b.held == nil || b.held() }
 
 // Fencer fences a shard outside Redis when a replica takes its lease: once
 // Fence has returned, the publishes of every earlier owner of the shard

@@ -19,6 +19,7 @@ import (
 // harness is one test's Redis, store and topology of one shard.
 type harness struct {
 	t     *testing.T
+	env   *testenv.Env
 	ctx   context.Context
 	store *shard.Store
 	topo  *shard.Watcher
@@ -27,7 +28,8 @@ type harness struct {
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	ctx := context.Background()
-	store := testenv.New(t, testenv.Options{}).Store(t, "sw")
+	env := testenv.New(t, testenv.Options{})
+	store := env.Store(t, "sw")
 	topo, err := shard.NewWatcher(ctx, store, 1, time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +37,7 @@ func newHarness(t *testing.T) *harness {
 	if _, err := store.AdvanceWatermark(ctx, time.Now().Add(time.Hour).UnixMilli(), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	return &harness{t: t, ctx: ctx, store: store, topo: topo}
+	return &harness{t: t, env: env, ctx: ctx, store: store, topo: topo}
 }
 
 func (h *harness) add(es ...shard.Entry) {
