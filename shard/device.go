@@ -118,20 +118,28 @@ return redis.call('ZREM', KEYS[1], ARGV[3])`)
 // or never seen) stays absent: it is not re-added in the past. A deadline
 // at or before the horizon is left alone: a scanner may be firing it under
 // the threshold in force, and moving it would make its compare-and-remove
-// keep it for a second lost event.
+// keep it for a second lost event. A lowered threshold never brings the
+// deadline closer than the new threshold from now: while thresholds change,
+// a signal written under another threshold than the one replaced may sit
+// behind the score (GT kept the higher one), so the score alone cannot
+// prove the device silent for longer.
 //
 // KEYS[1]: deadline ZSET of one shard
 // KEYS[2]: layout HASH of the shard
 // ARGV[1]: epoch of the caller's topology; ARGV[2]: its shard count
 // ARGV[3]: device id; ARGV[4]: new threshold - old threshold, ms
-// ARGV[5]: horizon, unix ms
+// ARGV[5]: horizon, unix ms; ARGV[6]: new threshold, ms
 // Returns: the deadline after the call, nil when absent, or the error STALE.
 var shiftScript = newScript(fenceLua + `
 local cur = redis.call('ZSCORE', KEYS[1], ARGV[3])
 if not cur then return false end
 cur = tonumber(cur)
 if cur <= tonumber(ARGV[5]) then return string.format('%d', cur) end
-local next = string.format('%d', cur + tonumber(ARGV[4]))
+local next = cur + tonumber(ARGV[4])
+if tonumber(ARGV[4]) < 0 then
+  next = math.max(next, math.min(cur, tonumber(ARGV[5]) + tonumber(ARGV[6])))
+end
+next = string.format('%d', next)
 redis.call('ZADD', KEYS[1], 'XX', next, ARGV[3])
 return next`)
 
@@ -216,8 +224,9 @@ func (d *Devices) Remove(ctx context.Context, id string) (removed bool, err erro
 
 // SetThreshold sets id's threshold override (0 removes it). A watched
 // device gets its new deadline at once, counted from its last signal, so a
-// lowered threshold takes effect without waiting out the old one: the ZADD
-// GT of the next signal could not pull it back.
+// lowered threshold takes effect without waiting out the old one (the ZADD
+// GT of the next signal could not pull it back) — though never sooner than
+// the new threshold after the change.
 //
 // The deadline moves first, by the change of threshold, atomically against
 // its score in each shard that may hold it (shiftScript); the override is
@@ -253,7 +262,7 @@ func (d *Devices) SetThreshold(ctx context.Context, id string, threshold time.Du
 		horizon := strconv.FormatInt(d.now().UnixMilli(), 10)
 		err := d.onShards(ctx, id, func(t Topology, i int) error {
 			err := shiftScript.exec(ctx, d.store.c, []string{d.store.k.Timers(Deadlines, i), d.store.k.Layout(i)},
-				append(fenceArgs(t, id), strconv.FormatInt(delta, 10), horizon)).Error()
+				append(fenceArgs(t, id), strconv.FormatInt(delta, 10), horizon, strconv.FormatInt(next.Milliseconds(), 10))).Error()
 			if err != nil && !rueidis.IsRedisNil(err) {
 				return fmt.Errorf("shard: set threshold in shard %d: %w", i, err)
 			}

@@ -206,3 +206,41 @@ func TestLeftoverMarkIsNotLost(t *testing.T) {
 	upsert(t, s, shard.Of(id, 4), shard.Entry{ID: id, Deadline: d + 5_000})
 	lost(false) // signalled since the mark
 }
+
+// TestLoweredThresholdNeverSoonerThanItself: lowering a threshold moves the
+// deadline back by the change, but never closer than the new threshold from
+// the change. While thresholds flip, a signal written under another
+// threshold may sit behind the score, so the score cannot prove the device
+// silent for longer than that.
+func TestLoweredThresholdNeverSoonerThanItself(t *testing.T) {
+	ctx, s := newStore(t)
+	w, err := shard.NewWatcher(ctx, s, 4, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := shard.NewDevices(s, w, shard.NewThresholds(s, 10*time.Second, nil), nil)
+	const id = "quiet"
+	// Last signal 8s ago under a 10s threshold: 2s left.
+	dl := time.Now().Add(2 * time.Second).UnixMilli()
+	upsert(t, s, shard.Of(id, 4), shard.Entry{ID: id, Deadline: dl})
+	if _, err := devs.SetThreshold(ctx, id, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The shift alone gives 3s ago. The floor is the earlier of the old
+	// deadline (2s ahead) and the new threshold from now (5s ahead).
+	if got, _ := score(t, s, shard.Of(id, 4), id); got != dl {
+		t.Errorf("lowered 10s to 5s with 2s left: deadline %d, want %d kept", got, dl)
+	}
+	// A recent signal: the shift stays above the floor and stands.
+	dl2 := time.Now().Add(9 * time.Second).UnixMilli()
+	upsert(t, s, shard.Of(id, 4), shard.Entry{ID: id, Deadline: dl2})
+	if _, err := devs.SetThreshold(ctx, id, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := score(t, s, shard.Of(id, 4), id)
+	// Threshold 5s → 2s: shift -3s from dl2 (9s ahead) gives 6s ahead; the
+	// floor min(dl2, now+2s) is below it, so the shift stands.
+	if got != dl2-3_000 {
+		t.Errorf("lowered 5s to 2s with 9s left: deadline %d, want %d", got, dl2-3_000)
+	}
+}
