@@ -14,6 +14,9 @@
 //     fence, and the look-up of events an earlier owner stored.
 //   - types.go: the bound on device types that get a subject token of
 //     their own (nats.max_types).
+//   - registry.go: the durable device registry (invariant 10), a KV bucket
+//     beside the stream keyed by a hash of the device id, and the
+//     installation record.
 //   - consume.go: a durable consumer of lost and recovered events shared by
 //     the replicas of a role (the alarm workers).
 package dispatch

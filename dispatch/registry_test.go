@@ -436,6 +436,21 @@ func TestRegistrySurvivesARestart(t *testing.T) {
 	}
 }
 
+// TestRegistryFollowsReplicas proves an existing bucket is brought to
+// nats.replicas at open, like the stream: on a single server, asking for
+// three replicas reaches the server and is refused, with the numbers.
+func TestRegistryFollowsReplicas(t *testing.T) {
+	env := testenv.New(t, testenv.Options{NATS: true})
+	p, _ := openRegistry(t, env, Options{})
+	// The stream of a single server cannot take three replicas either, so
+	// only the registry is asked to.
+	p.opts.Replicas = 3
+	r, err := p.OpenRegistry(context.Background())
+	if r != nil || err == nil || !strings.Contains(err.Error(), "apply replicas 3 (it has 1)") {
+		t.Errorf("got %v, %v; want the bucket asked for 3 replicas", r, err)
+	}
+}
+
 // TestRegistrySize logs what a device costs in the bucket.
 func TestRegistrySize(t *testing.T) {
 	env := testenv.New(t, testenv.Options{NATS: true})
