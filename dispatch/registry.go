@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -169,6 +170,10 @@ func (r *Registry) Update(ctx context.Context, ids []string, fn func(rec *Device
 
 // update is one device's read-modify-write.
 func (r *Registry) update(ctx context.Context, id string, fn func(rec *DeviceRecord, exists bool) (keep, del bool)) error {
+	if !utf8.ValidString(id) {
+		// JSON would store another id than the one the key is made of.
+		return fmt.Errorf("dispatch: registry write of device %q: the id is not valid UTF-8", id)
+	}
 	key := registryKey(id)
 	wait := backoff.Backoff{Policy: registryConflictWait}
 	for range registryAttempts {

@@ -273,7 +273,7 @@ func TestRegistryEachSeesExactlyTheLiveRecords(t *testing.T) {
 
 // TestRegistryKeepsAnyID proves ids that are not subject tokens (wildcards,
 // dots, spaces, unicode, 1 KiB long, empty) are stored and read back whole,
-// and that no id enters a key.
+// that no id enters a key, and that an id JSON cannot hold is refused.
 func TestRegistryKeepsAnyID(t *testing.T) {
 	env := testenv.New(t, testenv.Options{NATS: true})
 	_, r := openRegistry(t, env, Options{})
@@ -289,6 +289,12 @@ func TestRegistryKeepsAnyID(t *testing.T) {
 		if err != nil || !ok || rec.ID != id || rec.Type != "t:"+id {
 			t.Errorf("get %q: got %+v %v %v, want it back", id, rec, ok, err)
 		}
+	}
+	// JSON cannot keep bytes that are not UTF-8: such an id is refused, not
+	// stored as another.
+	if errs := r.Update(ctx, []string{"bad\xff"}, func(*DeviceRecord, bool) (bool, bool) { return true, false }); errs[0] == nil ||
+		!strings.Contains(errs[0].Error(), "UTF-8") {
+		t.Errorf("an id that is not UTF-8: got %v, want refused", errs[0])
 	}
 	got := records(t, r)
 	if len(got) != len(ids) {
