@@ -30,11 +30,21 @@ type Claimed struct {
 // ARGV[1]: lease value the caller holds
 // ARGV[2]: horizon, unix ms: members scored at or below it are due
 // ARGV[3]: batch limit
+// ARGV[4]: the caller's generation ("" to skip the check)
 // Returns: {due (id, score, ...), head (id, score) or empty, layout shards
-// or 0}, or the error NOTOWNER when the caller no longer holds the lease.
+// or 0}, the error NOTOWNER when the caller no longer holds the lease, or
+// LOSTDATA when the shard is not vetted under the caller's generation by
+// the Redis process serving it now (see generation.go).
 var claimScript = newScript(`
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then
   return redis.error_reply('NOTOWNER lease lost')
+end
+if ARGV[4] ~= '' then
+  local v = redis.call('HMGET', KEYS[3], 'gen', 'run')
+  local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  if v[1] ~= ARGV[4] or v[2] ~= run then
+    return redis.error_reply('LOSTDATA shard not vetted under generation ' .. ARGV[4])
+  end
 end
 local due = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[2], 'BYSCORE', 'LIMIT', 0, ARGV[3], 'WITHSCORES')
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -46,8 +56,9 @@ return {due, head, shards}`)
 // still the shard's lease.
 func (s *Store) Claim(ctx context.Context, f Family, i int, lease Lease, horizon int64, limit int) (Claimed, error) {
 	v, err := claimScript.exec(ctx, s.c, []string{s.k.Timers(f, i), s.k.Owner(i), s.k.Layout(i)},
-		[]string{lease.Value, strconv.FormatInt(horizon, 10), strconv.Itoa(limit)}).Tuple(3)
+		[]string{lease.Value, strconv.FormatInt(horizon, 10), strconv.Itoa(limit), s.Generation()}).Tuple(3)
 	if err != nil {
+		s.lossSeen(err)
 		return Claimed{}, fmt.Errorf("shard: claim shard %d: %w", i, err)
 	}
 	var c Claimed

@@ -71,6 +71,9 @@ func (s *Store) Double(ctx context.Context, now time.Time) (Topology, error) {
 	if err := s.raiseLayouts(ctx, old, "shards", int64(2*t.Shards)); err != nil {
 		return Topology{}, fmt.Errorf("shard: double: raise shard layouts: %w", err)
 	}
+	if err := s.vetNew(ctx, t.Shards); err != nil {
+		return Topology{}, fmt.Errorf("shard: double: %w", err)
+	}
 	err = doubleScript.exec(ctx, s.c, []string{s.k.Topology()}, []string{strconv.FormatInt(t.Epoch, 10),
 		strconv.FormatInt(now.UnixMilli(), 10), strconv.Itoa(MaxShards)}).Error()
 	switch {

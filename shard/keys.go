@@ -52,6 +52,13 @@ func (k Keys) meta(name string) string { return k.prefix + ":{meta}:" + name }
 // Topology is the HASH with shards, prev and epoch.
 func (k Keys) Topology() string { return k.meta("topology") }
 
+// Generation is the HASH naming the generation of the data in force (id,
+// seq, at): see generation.go.
+func (k Keys) Generation() string { return k.meta("generation") }
+
+// RestoreLock is held by the process restoring Redis after a loss.
+func (k Keys) RestoreLock() string { return k.meta("restore") }
+
 // Watermark is the time up to which ingest is known to have been consuming.
 func (k Keys) Watermark() string { return k.meta("watermark") }
 

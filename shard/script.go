@@ -28,6 +28,10 @@ var (
 	// ErrTooManyShards is returned by Double when doubling would exceed
 	// MaxShards.
 	ErrTooManyShards = errors.New("shard: too many shards")
+	// ErrDataLoss is returned when a shard's generation is missing or not
+	// the caller's, or the Redis process serving it changed since it was
+	// vetted: Redis may have lost or rolled back data (see generation.go).
+	ErrDataLoss = errors.New("shard: Redis may have lost data: shard not vetted under this generation")
 )
 
 // scriptErrors maps the code a script's error reply starts with to the
@@ -38,6 +42,7 @@ var scriptErrors = map[string]error{
 	"DRAINING": ErrDraining,
 	"CHANGED":  ErrTopologyChanged,
 	"TOOMANY":  ErrTooManyShards,
+	"LOSTDATA": ErrDataLoss,
 }
 
 // scriptErr is the one place script error replies are recognised: a reply

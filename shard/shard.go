@@ -112,12 +112,16 @@ func parseEntries(v []rueidis.RedisMessage) ([]Entry, error) {
 type Store struct {
 	c rueidis.Client
 	k Keys
+	// gen is the generation the scripts check (nil: none, see Unchecked).
+	gen *generation
 }
 
 // NewStore wraps a rueidis client.
-func NewStore(c rueidis.Client, keys Keys) *Store { return &Store{c: c, k: keys} }
+func NewStore(c rueidis.Client, keys Keys) *Store {
+	return &Store{c: c, k: keys, gen: new(generation)}
+}
 
 // Alarm returns the store of the alarm's repeat timers: the same client
 // under the key layout Keys.Alarm, a queue with its own topology and
 // leases.
-func (s *Store) Alarm() *Store { return &Store{c: s.c, k: s.k.Alarm()} }
+func (s *Store) Alarm() *Store { return &Store{c: s.c, k: s.k.Alarm(), gen: s.gen} }

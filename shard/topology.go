@@ -84,6 +84,22 @@ type Watcher struct {
 	interval time.Duration
 	log      *slog.Logger
 	cur      atomic.Pointer[Topology]
+	// lower, if set, is told of a topology read below the one in force:
+	// Redis lost or rolled it back.
+	lower atomic.Pointer[func(seen, read Topology)]
+}
+
+// OnLower sets f to be told when Redis holds a lower topology than one the
+// watcher has seen. The watcher never adopts it (a topology is never
+// lowered); f is how a loss detector hears of it.
+func (w *Watcher) OnLower(f func(seen, read Topology)) { w.lower.Store(&f) }
+
+// Set makes t the topology in force if its epoch is higher than the one
+// the watcher holds (a restore wrote it).
+func (w *Watcher) Set(t Topology) {
+	if t.Epoch > w.Current().Epoch {
+		w.cur.Store(&t)
+	}
 }
 
 // NewWatcher reads the topology once (creating it with initial shards if
@@ -110,7 +126,14 @@ func (w *Watcher) Refresh(ctx context.Context) (Topology, error) {
 	if err != nil {
 		return w.Current(), err
 	}
-	if old := w.Current(); old.Epoch != t.Epoch && w.log != nil {
+	old := w.Current()
+	if t.Epoch < old.Epoch {
+		if f := w.lower.Load(); f != nil {
+			(*f)(old, t)
+		}
+		return old, fmt.Errorf("shard: Redis holds topology epoch %d below epoch %d already seen: kept %d shards", t.Epoch, old.Epoch, old.Shards)
+	}
+	if old.Epoch != t.Epoch && w.log != nil {
 		w.log.Info("topology changed", "shards", t.Shards, "prev", t.Prev, "epoch", t.Epoch)
 	}
 	w.cur.Store(&t)

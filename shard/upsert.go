@@ -49,9 +49,12 @@ type Admit func(ctx context.Context, absent []Entry) ([]Entry, error)
 // KEYS[1]: timer ZSET of one shard
 // KEYS[2]: layout HASH of the shard
 // ARGV[1]: epoch of the writer's topology (0: not checked)
-// ARGV[2..]: deadline1, id1, deadline2, id2, ...
+// ARGV[2]: the writer's generation ("" to skip the check)
+// ARGV[3..]: deadline1, id1, deadline2, id2, ...
 // Returns: the ids that were absent (first seen, or back after being lost),
-// or the error STALE when the writer's epoch is below the floor.
+// the error STALE when the writer's epoch is below the floor, or LOSTDATA
+// when the shard's generation is not the writer's: an id absent from data
+// Redis lost is not new, and is not added until the data is restored.
 var upsertScript = newScript(`
 local epoch = tonumber(ARGV[1])
 if epoch > 0 then
@@ -60,14 +63,17 @@ if epoch > 0 then
     return redis.error_reply('STALE topology epoch ' .. ARGV[1] .. ' below floor ' .. floor)
   end
 end
+if ARGV[2] ~= '' and redis.call('HGET', KEYS[2], 'gen') ~= ARGV[2] then
+  return redis.error_reply('LOSTDATA shard not vetted under generation ' .. ARGV[2])
+end
 local chunk = 2000
 local changed = 0
-for lo = 2, #ARGV, chunk do
+for lo = 3, #ARGV, chunk do
   changed = changed + redis.call('ZADD', KEYS[1], 'XX', 'GT', 'CH', unpack(ARGV, lo, math.min(lo + chunk - 1, #ARGV)))
 end
-if changed == (#ARGV - 1) / 2 then return {} end
+if changed == (#ARGV - 2) / 2 then return {} end
 local add, added, seen = {}, {}, {}
-for lo = 2, #ARGV, chunk do
+for lo = 3, #ARGV, chunk do
   local ids = {}
   for i = lo + 1, math.min(lo + chunk - 1, #ARGV), 2 do ids[#ids+1] = ARGV[i] end
   local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
@@ -184,12 +190,12 @@ func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map
 			return nil, nil, err
 		}
 	}
-	ep := strconv.FormatInt(epoch, 10)
+	ep, gen := strconv.FormatInt(epoch, 10), s.Generation()
 	rest := make([]int, 0, len(todo))
 	execs := make([]rueidis.LuaExec, 0, len(todo))
 	for i, es := range todo {
-		args := make([]string, 0, 1+2*len(es))
-		args = append(args, ep)
+		args := make([]string, 0, 2+2*len(es))
+		args = append(args, ep, gen)
 		for _, e := range es {
 			args = append(args, strconv.FormatInt(e.Deadline, 10), e.ID)
 		}
@@ -204,6 +210,7 @@ func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map
 		case errors.Is(rerr, ErrStaleTopology):
 			refused = append(refused, rest[j])
 		default:
+			s.lossSeen(rerr)
 			fail(rerr)
 		}
 	}
