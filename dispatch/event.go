@@ -73,6 +73,9 @@ func (s Subjects) Alarm(typ string) string { return s.prefix() + ".alarm." + s.t
 // Invalid is the dead-letter subject for input that could not be used.
 func (s Subjects) Invalid() string { return s.prefix() + ".invalid" }
 
+// System is the subject of sigwatch's own state changes.
+func (s Subjects) System() string { return s.prefix() + ".system" }
+
 // All is the wildcard the stream listens on.
 func (s Subjects) All() string { return s.prefix() + ".>" }
 
@@ -117,6 +120,15 @@ type Alarm struct {
 	Count  int    `json:"count"`
 	Since  int64  `json:"since"`
 	At     int64  `json:"at"`
+}
+
+// System says sigwatch's own state changed: Kind names what happened
+// (e.g. "redis_data_loss", "redis_restored"), Details say more.
+type System struct {
+	ID      string         `json:"id"`
+	Kind    string         `json:"kind"`
+	At      int64          `json:"at"`
+	Details map[string]any `json:"details,omitempty"`
 }
 
 // MaxInvalidPayload bounds how much of a refused payload is forwarded.
