@@ -1,0 +1,371 @@
+// Package guard makes Redis losing data an outage, not amnesia (DESIGN.md
+// invariant 10). It notices a loss or a rollback — the generation record
+// missing or behind, a shard whose Redis process changed, a topology below
+// one already seen — holds the process not ready, and has one process
+// restore Redis from the durable registry: the topology no lower than any
+// seen, every known device watched again with a full threshold from the
+// end of the outage, lost devices still lost, alarms where they were.
+//
+// While a loss is open, shards refuse claims and first sightings (see
+// shard/generation.go): nothing fires from, and no device is first seen
+// in, data that may have been rolled back.
+package guard
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// Options wire a Guard.
+type Options struct {
+	Store *shard.Store // the deadlines' store
+	Topo  *shard.Watcher
+	// Alarm and AlarmTopo are the alarm's repeat timer queue (nil without).
+	Alarm     *shard.Store
+	AlarmTopo *shard.Watcher
+	// Registry is the durable device registry (nil: NATS in core mode; a
+	// loss is then detected and reported, but devices only Redis knew of
+	// are not watched again).
+	Registry   *dispatch.Registry
+	Pub        *dispatch.Publisher
+	Thresholds *shard.Thresholds
+	// RestoreAlarm puts back an alarm state the registry kept (nil: none).
+	RestoreAlarm func(ctx context.Context, id, raw string) error
+	// Initial is the shard count of a new installation.
+	Initial int
+	// Interval is how often the generation is checked (default 200ms).
+	Interval   time.Duration
+	Now        func() time.Time
+	Registerer prometheus.Registerer
+	Log        *slog.Logger
+}
+
+// Guard watches for Redis losing data and restores it.
+type Guard struct {
+	o Options
+	m *metrics
+
+	mu       sync.Mutex
+	lastSeq  int64 // the generation sequence last seen
+	lastOK   int64 // when the generation was last found whole, unix ms
+	reported chan string
+
+	// reason is why the process is not ready ("" when it is).
+	reason atomic.Pointer[string]
+	// seen are the highest topologies recorded in the registry's meta.
+	seenEpoch, seenAlarmEpoch int64
+}
+
+// New returns a guard; Establish must run before the roles start.
+func New(o Options) *Guard {
+	if o.Interval <= 0 {
+		o.Interval = 200 * time.Millisecond
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	g := &Guard{o: o, m: newMetrics(o.Registerer), reported: make(chan string, 1)}
+	none := ""
+	g.reason.Store(&none)
+	o.Store.OnDataLoss(func(err error) { g.report("a shard refused work: " + err.Error()) })
+	return g
+}
+
+// Watch has the topology watchers report a topology read below one they
+// have seen (call it once they exist).
+func (g *Guard) Watch(topo, alarmTopo *shard.Watcher) {
+	g.o.Topo, g.o.AlarmTopo = topo, alarmTopo
+	lower := func(seen, read shard.Topology) {
+		g.report(fmt.Sprintf("Redis holds topology epoch %d, below epoch %d already seen", read.Epoch, seen.Epoch))
+	}
+	topo.OnLower(lower)
+	if alarmTopo != nil {
+		alarmTopo.OnLower(lower)
+	}
+}
+
+// Ready reports whether the process works on whole data, and why not.
+func (g *Guard) Ready() (bool, string) {
+	r := *g.reason.Load()
+	return r == "", r
+}
+
+func (g *Guard) setReason(r string) { g.reason.Store(&r) }
+
+// report tells the guard that something looks like a loss.
+func (g *Guard) report(why string) {
+	select {
+	case g.reported <- why:
+	default:
+	}
+}
+
+// Establish finds the generation in force before the roles start: it
+// creates one for a new installation, adopts the one in force, or, when
+// Redis lost what the registry says existed, restores first.
+func (g *Guard) Establish(ctx context.Context) error {
+	now := g.o.Now().UnixMilli()
+	rec, ok, err := g.o.Store.Beat(ctx, now)
+	if err != nil {
+		return err
+	}
+	meta, installed, err := g.meta(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case ok && (meta.Generation == "" || meta.Generation == rec.ID):
+		g.adopt(rec)
+		return g.recordMeta(ctx, rec.ID)
+	case ok:
+		// Redis holds data of a generation the registry moved past: an old
+		// replica or backup came back.
+		g.adopt(rec)
+		return g.incident(ctx, fmt.Sprintf("Redis holds generation %s, the registry says %s", rec.ID, meta.Generation), 0)
+	case installed:
+		return g.incident(ctx, "Redis holds no generation record but the registry knows this installation", 0)
+	}
+	return g.install(ctx, now)
+}
+
+// install creates the generation of a new installation (or of one from
+// before generations: its topology stays as it is).
+func (g *Guard) install(ctx context.Context, now int64) error {
+	t, err := g.o.Store.InitTopology(ctx, g.o.Initial)
+	if err != nil {
+		return err
+	}
+	id, err := g.o.Store.CreateGeneration(ctx, newID(), now)
+	if err != nil {
+		return err
+	}
+	if err := g.o.Store.Vet(ctx, t.Shards, id); err != nil {
+		return err
+	}
+	if g.o.Alarm != nil {
+		at, err := g.o.Alarm.InitTopology(ctx, t.Shards)
+		if err != nil {
+			return err
+		}
+		if err := g.o.Alarm.Vet(ctx, at.Shards, id); err != nil {
+			return err
+		}
+	}
+	g.o.Store.SetGeneration(id)
+	g.lastOK = now
+	return g.recordMeta(ctx, id)
+}
+
+func (g *Guard) adopt(rec shard.GenRecord) {
+	g.o.Store.SetGeneration(rec.ID)
+	g.mu.Lock()
+	g.lastSeq, g.lastOK = rec.Seq, g.o.Now().UnixMilli()
+	g.mu.Unlock()
+}
+
+// Run checks the generation every interval and handles a loss until ctx
+// is done.
+func (g *Guard) Run(ctx context.Context) error {
+	t := time.NewTicker(g.o.Interval)
+	defer t.Stop()
+	for {
+		var why string
+		select {
+		case <-ctx.Done():
+			return nil
+		case why = <-g.reported:
+		case <-t.C:
+		}
+		if w := g.check(ctx); w != "" {
+			why = w
+		} else if why != "" && !g.stillLost(ctx) {
+			why = "" // a restore by another process explained it
+		}
+		if why == "" {
+			g.trackTopology(ctx)
+			continue
+		}
+		if err := g.incident(ctx, why, g.lossStart()); err != nil && ctx.Err() == nil {
+			g.o.Log.Error("restore after Redis data loss failed", "err", err)
+		}
+	}
+}
+
+// check beats the generation record and says what looks lost ("" if
+// nothing, or Redis does not answer: an unreachable Redis is an outage the
+// watermark handles, not a loss).
+func (g *Guard) check(ctx context.Context) string {
+	rec, ok, err := g.o.Store.Beat(ctx, g.o.Now().UnixMilli())
+	if err != nil {
+		return ""
+	}
+	known := g.o.Store.Generation()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case !ok:
+		return "the generation record is missing: Redis restarted empty, was flushed, or failed over to a replica without it"
+	case rec.ID != known:
+		// Another process restored: work under its generation.
+		g.o.Store.SetGeneration(rec.ID)
+	case rec.Seq <= g.lastSeq:
+		return fmt.Sprintf("the generation sequence went back from %d to %d: Redis rolled back", g.lastSeq, rec.Seq)
+	}
+	g.lastSeq, g.lastOK = rec.Seq, g.o.Now().UnixMilli()
+	return ""
+}
+
+// stillLost reports whether a reported refusal still stands: a claim made
+// under a generation another process has since replaced is refused
+// without any loss being left to handle.
+func (g *Guard) stillLost(ctx context.Context) bool {
+	n := g.o.Topo.Current().Shards
+	return g.o.Store.Vetted(ctx, n) != nil
+}
+
+// lossStart is when the data was last known whole.
+func (g *Guard) lossStart() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.lastOK
+}
+
+// incident handles one loss: not ready until the data is restored, by this
+// process if it gets the restore lock, else by the one that has it.
+func (g *Guard) incident(ctx context.Context, why string, since int64) error {
+	g.m.losses.Inc()
+	g.m.restoring.Set(1)
+	defer g.m.restoring.Set(0)
+	g.setReason("redis data loss: " + why + "; restoring")
+	g.o.Log.Error("Redis lost data; holding work until it is restored from the registry", "reason", why)
+	old := g.o.Store.Generation()
+	token := newID()
+	for {
+		rec, ok, err := g.o.Store.Beat(ctx, g.o.Now().UnixMilli())
+		if err == nil && ok && rec.ID != old {
+			g.adopt(rec)
+			break
+		}
+		if err == nil {
+			got, lerr := g.o.Store.LockRestore(ctx, token, restoreLockTTL)
+			if lerr == nil && got {
+				err = g.restore(ctx, why, since, token)
+				_ = g.o.Store.UnlockRestore(context.WithoutCancel(ctx), token)
+				if err == nil {
+					break
+				}
+				g.o.Log.Error("restore failed; retrying", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	g.setReason("")
+	g.o.Log.Info("Redis data restored; working again", "generation", g.o.Store.Generation())
+	return nil
+}
+
+// restoreLockTTL bounds how long a crashed restorer blocks the next one.
+const restoreLockTTL = 15 * time.Second
+
+// meta reads the registry's installation record.
+func (g *Guard) meta(ctx context.Context) (dispatch.RegistryMeta, bool, error) {
+	if g.o.Registry == nil {
+		return dispatch.RegistryMeta{}, false, nil
+	}
+	m, ok, err := g.o.Registry.Meta(ctx)
+	if err != nil {
+		return m, false, fmt.Errorf("guard: read the registry's installation record: %w", err)
+	}
+	return m, ok, nil
+}
+
+// recordMeta writes the generation and the topologies in force into the
+// registry's installation record, creating it with the installation.
+func (g *Guard) recordMeta(ctx context.Context, gen string) error {
+	if g.o.Registry == nil {
+		return nil
+	}
+	t, err := g.o.Store.Topology(ctx)
+	if err != nil {
+		return err
+	}
+	var at shard.Topology
+	if g.o.Alarm != nil {
+		if at, _, err = g.o.Alarm.TopologyIfAny(ctx); err != nil {
+			return err
+		}
+	}
+	now := g.o.Now().UnixMilli()
+	m, err := g.o.Registry.UpdateMeta(ctx, func(m *dispatch.RegistryMeta) bool {
+		if m.Installed == 0 {
+			m.Installed = now
+		}
+		m.Generation = gen
+		raiseMeta(m, t, at)
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("guard: write the registry's installation record: %w", err)
+	}
+	g.seenEpoch, g.seenAlarmEpoch = m.Epoch, m.AlarmEpoch
+	return nil
+}
+
+// raiseMeta raises the topologies m records to t and at where they are
+// higher.
+func raiseMeta(m *dispatch.RegistryMeta, t, at shard.Topology) bool {
+	changed := false
+	if t.Epoch > m.Epoch {
+		m.Shards, m.Prev, m.Epoch, changed = t.Shards, t.Prev, t.Epoch, true
+	}
+	if at.Epoch > m.AlarmEpoch {
+		m.AlarmShards, m.AlarmPrev, m.AlarmEpoch, changed = at.Shards, at.Prev, at.Epoch, true
+	}
+	return changed
+}
+
+// trackTopology records a topology change (a doubling) in the registry, so
+// that a loss never takes the shard count back.
+func (g *Guard) trackTopology(ctx context.Context) {
+	if g.o.Registry == nil || g.o.Topo == nil {
+		return
+	}
+	t := g.o.Topo.Current()
+	var at shard.Topology
+	if g.o.AlarmTopo != nil {
+		at = g.o.AlarmTopo.Current()
+	}
+	if t.Epoch <= g.seenEpoch && at.Epoch <= g.seenAlarmEpoch {
+		return
+	}
+	m, err := g.o.Registry.UpdateMeta(ctx, func(m *dispatch.RegistryMeta) bool { return raiseMeta(m, t, at) })
+	if err != nil {
+		g.o.Log.Warn("topology not recorded in the registry", "err", err)
+		return
+	}
+	g.seenEpoch, g.seenAlarmEpoch = m.Epoch, m.AlarmEpoch
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+var errNoRegistry = errors.New("no durable registry (NATS core mode): devices only Redis knew of are not watched again")

@@ -1,0 +1,30 @@
+package guard
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	losses          prometheus.Counter
+	restoring       prometheus.Gauge
+	restoredDevices prometheus.Gauge
+}
+
+func newMetrics(r prometheus.Registerer) *metrics {
+	m := &metrics{
+		losses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sigwatch_redis_data_loss_total",
+			Help: "Times this process found that Redis lost or rolled back data (generation missing or behind, a shard's Redis process changed, a lower topology).",
+		}),
+		restoring: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sigwatch_redis_restoring",
+			Help: "1 while this process holds work because Redis lost data and is being restored.",
+		}),
+		restoredDevices: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sigwatch_redis_restored_devices",
+			Help: "Devices the last restore by this process put back from the durable registry.",
+		}),
+	}
+	if r != nil {
+		r.MustRegister(m.losses, m.restoring, m.restoredDevices)
+	}
+	return m
+}
