@@ -47,6 +47,10 @@ type Options struct {
 
 	// CountEvery is the period of the active gauges' count, default 10s.
 	CountEvery time.Duration
+	// Registry is the durable device registry: each alarm state written
+	// is kept there too, so that a Redis that loses it gets it back (nil:
+	// none).
+	Registry *dispatch.Registry
 	// Now is the clock, default time.Now.
 	Now func() time.Time
 }

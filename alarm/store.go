@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -45,7 +46,67 @@ func (a *Alarms) cas(ctx context.Context, id string, old stored, next State) (st
 	if err != nil {
 		return stored{}, false, fmt.Errorf("alarm: write state of %s: %w", id, err)
 	}
+	if ok {
+		a.remember(ctx, id, next.Version, string(b))
+	}
 	return stored{State: next, raw: string(b)}, ok, nil
+}
+
+// remember keeps a written state in the durable registry unless it holds a
+// later one. A failure is logged: the state in Redis stands, and the next
+// transition writes the registry again.
+func (a *Alarms) remember(ctx context.Context, id string, version int64, raw string) {
+	if a.opts.Registry == nil {
+		return
+	}
+	err := a.opts.Registry.Update(ctx, []string{id}, func(r *dispatch.DeviceRecord, exists bool) (bool, bool) {
+		// A device the registry does not know (removed) gets no record
+		// from its alarm: it is not to be watched again.
+		if !exists || r.Alarm != "" && stateVersion(r.Alarm) >= version {
+			return false, false
+		}
+		r.Alarm = raw
+		return true, false
+	})[0]
+	if err != nil {
+		a.log.Warn("alarm state not kept in the registry", "device", id, "err", err)
+	}
+}
+
+// stateVersion reads the version of a raw state (0 if it does not parse).
+func stateVersion(raw string) int64 {
+	var v struct {
+		Version int64 `json:"v"`
+	}
+	_ = json.Unmarshal([]byte(raw), &v)
+	return v.Version
+}
+
+// PutBack writes raw, a state the durable registry kept, as id's alarm
+// state unless Redis holds a later one, and arms the timer it waits for:
+// after Redis lost data, an active alarm goes on repeating where it was.
+func (a *Alarms) PutBack(ctx context.Context, id, raw string) error {
+	var st State
+	if err := json.Unmarshal([]byte(raw), &st); err != nil {
+		return fmt.Errorf("alarm: kept state of %s is corrupt (%q): %w", id, raw, err)
+	}
+	for attempt := 0; attempt < casAttempts; attempt++ {
+		old, err := a.load(ctx, id)
+		if err != nil {
+			return err
+		}
+		if old.raw != "" && old.Version >= st.Version {
+			return nil
+		}
+		ok, err := a.store.CompareAndSwapState(ctx, id, old.raw, raw)
+		if err != nil {
+			return fmt.Errorf("alarm: write state of %s: %w", id, err)
+		}
+		if ok {
+			return a.restore(ctx, id, st.wake(a.opts.Now().UnixMilli(), pendingRetry))
+		}
+	}
+	return errContended
 }
 
 // current returns id's current deadline: the later of its scores in its

@@ -214,7 +214,55 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
 			return false
 		}
 	}
+	ok := p.remember(ctx, latest, back)
 	p.recovered(ctx, back)
+	return ok
+}
+
+// remember writes the devices of a flush that were absent into the
+// durable registry, retrying until it succeeds or ingest stops: a device
+// is first seen (or back) in the registry before its signal is acked, so
+// a Redis that loses it does not make sigwatch forget it. Nothing is
+// written for a device the registry already has as it is.
+func (p *pipeline) remember(ctx context.Context, latest map[string]signal, back []dispatch.Recovered) bool {
+	if p.opts.Registry == nil || len(latest) == 0 {
+		return true
+	}
+	cleared := make(map[string]int64, len(back))
+	for _, ev := range back {
+		cleared[ev.Device] = ev.LostAt
+	}
+	ids := make([]string, 0, len(latest))
+	for id, s := range latest {
+		if s.id != "" {
+			ids = append(ids, id)
+		}
+	}
+	for attempt := 0; len(ids) > 0; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, storeTimeout)
+		errs := p.opts.Registry.Update(actx, ids, func(r *dispatch.DeviceRecord, exists bool) (bool, bool) {
+			keep := !exists
+			if t := latest[r.ID].typ; t != "" && t != r.Type {
+				r.Type, keep = t, true
+			}
+			if d, ok := cleared[r.ID]; ok && r.LostDeadline != 0 && r.LostDeadline <= d {
+				r.LostDeadline, r.LostAt, keep = 0, 0, true
+			}
+			return keep, false
+		})
+		cancel()
+		var err error
+		failed := ids[:0:0]
+		for j, e := range errs {
+			if e != nil {
+				err = e
+				failed = append(failed, ids[j])
+			}
+		}
+		if ids = failed; len(ids) > 0 && !p.retry(ctx, attempt, "record devices in the registry", err) {
+			return false
+		}
+	}
 	return true
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -42,6 +43,10 @@ type Options struct {
 	QoS *byte
 
 	Thresholds *shard.Thresholds // required
+	// Registry is the durable device registry: devices first seen, and
+	// devices back from being lost, are written to it before their signals
+	// are acked (nil: none).
+	Registry *dispatch.Registry
 
 	TimestampMode string        // "receive" (default) or "payload": JSON field "ts", unix ms or RFC 3339
 	MaxSkew       time.Duration // payload ts clamped into [now-MaxSkew, now]; default 1m
