@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sigwatch/sigwatch/alarm"
+	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/ingest"
 	"github.com/sigwatch/sigwatch/shard"
 )
@@ -68,7 +70,25 @@ func (a *App) deleteDevice(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// Last, so that the alarm's own record of the removal cannot bring
+	// the device back into the registry.
+	if err := a.remember(ctx, id, func(r *dispatch.DeviceRecord, exists bool) (bool, bool) { return false, exists }); err != nil {
+		writeErr(w, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"device": id, "removed": removed, "alarm_resolved": resolved})
+}
+
+// remember applies change to id's record in the durable registry (a no-op
+// without one).
+func (a *App) remember(ctx context.Context, id string, change func(r *dispatch.DeviceRecord, exists bool) (keep, del bool)) error {
+	if a.registry == nil {
+		return nil
+	}
+	if err := a.registry.Update(ctx, []string{id}, change)[0]; err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	return nil
 }
 
 func (a *App) putThreshold(w http.ResponseWriter, r *http.Request) {
@@ -93,6 +113,15 @@ func (a *App) putThreshold(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	v, err := a.devices.SetThreshold(r.Context(), id, d)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	err = a.remember(r.Context(), id, func(r *dispatch.DeviceRecord, exists bool) (bool, bool) {
+		changed := r.Threshold != d.Milliseconds()
+		r.Threshold = d.Milliseconds()
+		return exists && changed, false
+	})
 	if err != nil {
 		writeErr(w, err)
 		return

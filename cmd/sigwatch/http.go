@@ -75,6 +75,9 @@ func (a *App) readyz(w http.ResponseWriter, r *http.Request) {
 	if a.in != nil && !a.in.Connected() {
 		problems = append(problems, "mqtt: not connected")
 	}
+	if ok, why := a.guard.Ready(); !ok {
+		problems = append(problems, why)
+	}
 	if len(problems) > 0 {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "problems": problems})
 		return

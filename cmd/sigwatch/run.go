@@ -19,6 +19,7 @@ import (
 
 	"github.com/sigwatch/sigwatch/alarm"
 	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/guard"
 	"github.com/sigwatch/sigwatch/ingest"
 	"github.com/sigwatch/sigwatch/internal/clock"
 	"github.com/sigwatch/sigwatch/scanner"
@@ -38,13 +39,17 @@ type App struct {
 	store     *shard.Store
 	scanStore *shard.Store
 	// clock is the one time base every role and handler decides on.
-	clock   *clock.Clock
-	topo    *shard.Watcher
-	thr     *shard.Thresholds
-	devices *shard.Devices // the API's per-device operations
-	pub     *dispatch.Publisher
-	in      *ingest.Ingest
-	sc      *scanner.Scanner
+	clock *clock.Clock
+	topo  *shard.Watcher
+	thr   *shard.Thresholds
+	// guard detects Redis losing data and restores it from registry, the
+	// durable device registry (nil in NATS core mode).
+	guard    *guard.Guard
+	registry *dispatch.Registry
+	devices  *shard.Devices // the API's per-device operations
+	pub      *dispatch.Publisher
+	in       *ingest.Ingest
+	sc       *scanner.Scanner
 
 	// timers and rtopo are the alarm's repeat timer queue and its
 	// topology; alarms serves the alarm role and the API's ack and mutes
@@ -103,21 +108,46 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err := a.clock.Sync(ctx); err != nil {
 		return nil, err
 	}
-	if a.topo, err = shard.NewWatcher(ctx, a.store, cfg.Shards.Initial, 500*time.Millisecond, log); err != nil {
-		return nil, err
-	}
-	a.thr = shard.NewThresholds(a.store, cfg.Thresholds.Default, cfg.Thresholds.Types)
-	if err := a.thr.Reload(ctx); err != nil {
-		return nil, err
-	}
-	a.devices = shard.NewDevices(a.store, a.topo, a.thr, a.clock.Now)
-
 	natsCfg := cfg.NATS
 	natsCfg.Types, natsCfg.Registerer = slices.Collect(maps.Keys(cfg.Thresholds.Types)), a.reg
 	a.pub, err = dispatch.Dial(ctx, natsCfg, log)
 	if err != nil {
 		return nil, err
 	}
+	if a.pub.Mode() == dispatch.JetStream {
+		if a.registry, err = a.pub.OpenRegistry(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		log.Warn("NATS core mode: no durable device registry; if Redis loses data, devices only it knew of are forgotten")
+	}
+	// The alarm's repeat timers are a second sharded queue, with the
+	// deadlines' shard count at first and doubled with them.
+	if cfg.hasRole("alarm") || cfg.hasRole("api") && a.pub.Mode() == dispatch.JetStream {
+		a.timers = a.store.Alarm()
+	}
+	a.thr = shard.NewThresholds(a.store, cfg.Thresholds.Default, cfg.Thresholds.Types)
+	// Redis's data is known whole (or restored) before anything uses it.
+	a.guard = guard.New(guard.Options{
+		Store: a.store, Alarm: a.timers, Registry: a.registry, Pub: a.pub, Thresholds: a.thr,
+		RestoreAlarm: func(ctx context.Context, id, raw string) error {
+			if a.alarms == nil {
+				return nil
+			}
+			return a.alarms.PutBack(ctx, id, raw)
+		},
+		Initial: cfg.Shards.Initial, Now: a.clock.Now, Registerer: a.reg, Log: log.With("role", "guard"),
+	})
+	if err := a.guard.Establish(ctx); err != nil {
+		return nil, err
+	}
+	if a.topo, err = shard.NewWatcher(ctx, a.store, cfg.Shards.Initial, 500*time.Millisecond, log); err != nil {
+		return nil, err
+	}
+	if err := a.thr.Reload(ctx); err != nil {
+		return nil, err
+	}
+	a.devices = shard.NewDevices(a.store, a.topo, a.thr, a.clock.Now)
 
 	if cfg.hasRole("ingest") {
 		mqttTLS, err := cfg.MQTT.TLS.Build()
@@ -133,6 +163,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			MaxIDLen: cfg.Ingest.MaxIDLen, BatchSize: cfg.Ingest.Batch, FlushInterval: cfg.Ingest.FlushInterval,
 			MaxInFlight: cfg.Ingest.MaxInFlight, ProbeInterval: cfg.Ingest.ProbeInterval,
 			OutageAfter: cfg.Ingest.OutageAfter, MemberTimeout: cfg.Ingest.MemberTimeout, Now: a.clock.Now,
+			Registry: a.registry,
 		}, a.store, a.topo, a.pub, a.reg, log.With("role", "ingest"))
 		if err != nil {
 			return nil, err
@@ -142,18 +173,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		if a.scanStore, err = shard.Dial(cfg.Redis); err != nil {
 			return nil, err
 		}
+		a.scanStore.ShareGeneration(a.store)
 		a.sc, err = scanner.New(scanner.Options{
 			Replica: replicaID(), LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll,
-			Batch: cfg.Scanner.Batch, Thresholds: a.thr, Now: a.clock.Now,
+			Batch: cfg.Scanner.Batch, Thresholds: a.thr, Registry: a.registry, Now: a.clock.Now,
 		}, a.scanStore, a.topo, a.pub, a.reg, log.With("role", "scanner"))
 		if err != nil {
 			return nil, err
 		}
 	}
-	if cfg.hasRole("alarm") || cfg.hasRole("api") && a.pub.Mode() == dispatch.JetStream {
-		// The repeat timers are a second sharded queue; it starts with the
-		// deadlines' shard count and is doubled with them.
-		a.timers = a.store.Alarm()
+	if a.timers != nil {
 		if a.rtopo, err = shard.NewWatcher(ctx, a.timers, a.topo.Current().Shards, 500*time.Millisecond, log); err != nil {
 			return nil, err
 		}
@@ -164,7 +193,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		a.alarms, err = alarm.New(alarm.Options{
 			Policy: cfg.Alarm.Policy, Replica: replica, AckWait: cfg.Alarm.AckWait,
 			LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll, Batch: cfg.Scanner.Batch,
-			Now: a.clock.Now,
+			Registry: a.registry, Now: a.clock.Now,
 		}, a.store, a.topo, a.timers, a.rtopo, a.pub, a.reg, log.With("role", "alarm"))
 		if err != nil {
 			return nil, err
@@ -181,6 +210,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	// Added in start order; the group stops them in reverse.
 	a.g.Go("clock", func(ctx context.Context) error { a.clock.Run(ctx); return nil })
 	a.g.Go("topology", func(ctx context.Context) error { a.topo.Run(ctx); return nil })
+	a.guard.Watch(a.topo, a.rtopo)
+	a.g.Go("guard", a.guard.Run)
 	a.g.Go("thresholds", func(ctx context.Context) error { a.thr.Run(ctx, time.Second, log); return nil })
 	if a.rtopo != nil {
 		a.g.Go("alarm topology", func(ctx context.Context) error { a.rtopo.Run(ctx); return nil })
