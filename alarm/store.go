@@ -52,14 +52,13 @@ func (a *Alarms) cas(ctx context.Context, id string, old stored, next State) (st
 	return stored{State: next, raw: string(b)}, ok, nil
 }
 
-// remember keeps a written state in the durable registry unless it holds a
-// later one. A failure is logged: the state in Redis stands, and the next
-// transition writes the registry again.
+// remember queues a written state for the durable registry, which keeps it
+// unless it holds a later one.
 func (a *Alarms) remember(ctx context.Context, id string, version int64, raw string) {
 	if a.opts.Registry == nil {
 		return
 	}
-	err := a.opts.Registry.Update(ctx, []string{id}, func(r *dispatch.DeviceRecord, exists bool) (bool, bool) {
+	a.opts.Registry.Later(ctx, id, func(r *dispatch.DeviceRecord, exists bool) (bool, bool) {
 		// A device the registry does not know (removed) gets no record
 		// from its alarm: it is not to be watched again.
 		if !exists || r.Alarm != "" && stateVersion(r.Alarm) >= version {
@@ -67,10 +66,7 @@ func (a *Alarms) remember(ctx context.Context, id string, version int64, raw str
 		}
 		r.Alarm = raw
 		return true, false
-	})[0]
-	if err != nil {
-		a.log.Warn("alarm state not kept in the registry", "device", id, "err", err)
-	}
+	})
 }
 
 // stateVersion reads the version of a raw state (0 if it does not parse).

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,8 @@ type Registry struct {
 	bucket string
 	stream string        // the bucket's stream, KV_<bucket>
 	idle   time.Duration // how long Each waits for a record it knows is pending
+	later  chan later    // changes Later queued for Run
+	log    *slog.Logger
 }
 
 const (
@@ -115,7 +118,8 @@ func (p *Publisher) OpenRegistry(ctx context.Context) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: registry bucket %s: %w", bucket, err)
 	}
-	r := &Registry{js: p.js, kv: kv, bucket: bucket, stream: "KV_" + bucket, idle: p.opts.AckWait}
+	r := &Registry{js: p.js, kv: kv, bucket: bucket, stream: "KV_" + bucket, idle: p.opts.AckWait,
+		later: make(chan later, laterQueue), log: p.opts.Log}
 
 	s, err := p.js.Stream(ctx, r.stream)
 	if err != nil {

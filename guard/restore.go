@@ -63,6 +63,12 @@ func (g *Guard) restore(ctx context.Context, why string, since int64, token stri
 	var n restored
 	var alarms [][2]string
 	if g.o.Registry != nil {
+		// The stream's recent losses and recoveries come first: the
+		// registry catches up with them in the background.
+		hist, err := history(ctx, g.o.Pub)
+		if err != nil {
+			return err
+		}
 		var batch []dispatch.DeviceRecord
 		flush := func() error {
 			err := g.restoreDevices(ctx, un, t, batch, start, &n)
@@ -76,6 +82,7 @@ func (g *Guard) restore(ctx context.Context, why string, since int64, token stri
 			if r.Alarm != "" {
 				alarms = append(alarms, [2]string{r.ID, r.Alarm})
 			}
+			hist.apply(&r)
 			if batch = append(batch, r); len(batch) == restoreBatch {
 				return flush()
 			}
@@ -271,5 +278,58 @@ func (g *Guard) publish(ctx context.Context, kind, id string, details map[string
 	}
 	if err != nil {
 		g.o.Log.Warn("system event not published", "kind", kind, "err", err)
+	}
+}
+
+// loss is what the event stream says of one device's losses.
+type loss struct {
+	lost, at int64 // the latest deadline it was reported lost at, and when
+	cleared  int64 // the latest lost deadline it was reported recovered from
+}
+
+// losses is the stream's history of losses, by device.
+type losses map[string]*loss
+
+// history reads every lost and recovered event the stream holds.
+func history(ctx context.Context, pub *dispatch.Publisher) (losses, error) {
+	h := losses{}
+	err := pub.Losses(ctx, func(l *dispatch.Lost, r *dispatch.Recovered) error {
+		id := ""
+		if l != nil {
+			id = l.Device
+		} else {
+			id = r.Device
+		}
+		st := h[id]
+		if st == nil {
+			st = &loss{}
+			h[id] = st
+		}
+		switch {
+		case l != nil && l.Deadline > st.lost:
+			st.lost, st.at = l.Deadline, l.FiredAt
+		case r != nil && r.LostAt > st.cleared:
+			st.cleared = r.LostAt
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("guard: read the stream's losses: %w", err)
+	}
+	return h, nil
+}
+
+// apply lays the stream's history over a registry record: the latest loss
+// not followed by its recovery is the device's loss.
+func (h losses) apply(r *dispatch.DeviceRecord) {
+	st := h[r.ID]
+	if st == nil {
+		return
+	}
+	if r.LostDeadline != 0 && r.LostDeadline <= st.cleared {
+		r.LostDeadline, r.LostAt = 0, 0
+	}
+	if st.lost > st.cleared && st.lost > r.LostDeadline {
+		r.LostDeadline, r.LostAt = st.lost, st.at
 	}
 }

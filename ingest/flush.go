@@ -220,46 +220,53 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
 }
 
 // remember writes the devices of a flush that were absent into the
-// durable registry, retrying until it succeeds or ingest stops: a device
-// is first seen (or back) in the registry before its signal is acked, so
-// a Redis that loses it does not make sigwatch forget it. Nothing is
-// written for a device the registry already has as it is.
+// durable registry. A device not back from being lost is written before
+// its signals are acked, retrying until that succeeds or ingest stops, so a
+// Redis that loses it does not make sigwatch forget it; a new device costs
+// one asynchronous publish. A recovery is queued: its event is in the
+// stream, where a restore reads it.
 func (p *pipeline) remember(ctx context.Context, latest map[string]signal, back []dispatch.Recovered) bool {
-	if p.opts.Registry == nil || len(latest) == 0 {
+	reg := p.opts.Registry
+	if reg == nil || len(latest) == 0 {
 		return true
 	}
 	cleared := make(map[string]int64, len(back))
 	for _, ev := range back {
 		cleared[ev.Device] = ev.LostAt
 	}
-	ids := make([]string, 0, len(latest))
+	merge := func(r *dispatch.DeviceRecord, exists bool) (bool, bool) {
+		keep := !exists
+		if t := latest[r.ID].typ; t != "" && t != r.Type {
+			r.Type, keep = t, true
+		}
+		if d, ok := cleared[r.ID]; ok && r.LostDeadline != 0 && r.LostDeadline <= d {
+			r.LostDeadline, r.LostAt, keep = 0, 0, true
+		}
+		return keep, false
+	}
+	var recs []dispatch.DeviceRecord
 	for id, s := range latest {
-		if s.id != "" {
-			ids = append(ids, id)
+		switch {
+		case s.id == "":
+		case cleared[id] != 0:
+			reg.Later(ctx, id, merge)
+		default:
+			recs = append(recs, dispatch.DeviceRecord{ID: id, Type: s.typ})
 		}
 	}
-	for attempt := 0; len(ids) > 0; attempt++ {
+	for attempt := 0; len(recs) > 0; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, storeTimeout)
-		errs := p.opts.Registry.Update(actx, ids, func(r *dispatch.DeviceRecord, exists bool) (bool, bool) {
-			keep := !exists
-			if t := latest[r.ID].typ; t != "" && t != r.Type {
-				r.Type, keep = t, true
-			}
-			if d, ok := cleared[r.ID]; ok && r.LostDeadline != 0 && r.LostDeadline <= d {
-				r.LostDeadline, r.LostAt, keep = 0, 0, true
-			}
-			return keep, false
-		})
+		errs := reg.Add(actx, recs, merge)
 		cancel()
 		var err error
-		failed := ids[:0:0]
+		failed := recs[:0:0]
 		for j, e := range errs {
 			if e != nil {
 				err = e
-				failed = append(failed, ids[j])
+				failed = append(failed, recs[j])
 			}
 		}
-		if ids = failed; len(ids) > 0 && !p.retry(ctx, attempt, "record devices in the registry", err) {
+		if recs = failed; len(recs) > 0 && !p.retry(ctx, attempt, "record devices in the registry", err) {
 			return false
 		}
 	}

@@ -94,12 +94,6 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 		h.m.fenced.Add(float64(len(sent)))
 		return nil, nil, fmt.Errorf("scanner: shard %d: lease ran out before marking: %w", i, queue.ErrFenced)
 	}
-	// The devices are recorded lost in the durable registry first, so
-	// that a Redis that loses the marks below does not make them lost a
-	// second time; what could not be recorded is left for the next claim.
-	if sent, msgs, err = h.remember(ctx, sent, msgs, firedAt); len(sent) == 0 {
-		return nil, moves, err
-	}
 	// The devices are marked lost before they are published, so that an
 	// entry gone from its shard is always marked; a mark whose event is
 	// not published is undone.
@@ -177,6 +171,7 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 	// Not removed: the entries are claimed and published again (by this
 	// owner or the next); a mark left by a failed undo is written again then.
 	h.undo(ctx, unpublished, firedAt, replaced)
+	h.remember(ctx, handled, firedAt)
 	return handled, moves, err
 }
 
@@ -197,59 +192,24 @@ func (h *lost) undo(ctx context.Context, es []shard.Entry, firedAt int64, replac
 			h.log.Warn("lost mark of an unpublished event not undone", "device", es[j].ID, "err", err)
 		}
 	}
-	if h.reg == nil || len(es) == 0 {
-		return
-	}
-	back := make(map[string]shard.Entry, len(es))
-	ids := make([]string, len(es))
-	for j, e := range es {
-		back[e.ID], ids[j] = e, e.ID
-	}
-	errs := h.reg.Update(context.WithoutCancel(ctx), ids, func(r *dispatch.DeviceRecord, _ bool) (bool, bool) {
-		if e := back[r.ID]; r.LostDeadline != e.Deadline || r.LostAt != firedAt {
-			return false, false
-		}
-		p := replaced[r.ID]
-		r.LostDeadline, r.LostAt = p.Deadline, p.At
-		return true, false
-	})
-	for j, err := range errs {
-		if err != nil {
-			h.log.Warn("registry's lost record of an unpublished event not undone", "device", ids[j], "err", err)
-		}
-	}
 }
 
-// remember records the devices of sent lost at their deadlines in the
-// durable registry and returns those recorded, with their messages; err
-// says some were not (they stay in their shard and are claimed again).
-func (h *lost) remember(ctx context.Context, sent []shard.Entry, msgs []dispatch.Message, firedAt int64) ([]shard.Entry, []dispatch.Message, error) {
-	if h.reg == nil || len(sent) == 0 {
-		return sent, msgs, nil
+// remember queues the devices published lost into the durable registry.
+// Their events are in the stream already, which a restore reads first, so
+// the registry may catch up in the background.
+func (h *lost) remember(ctx context.Context, es []shard.Entry, firedAt int64) {
+	if h.reg == nil {
+		return
 	}
-	at := make(map[string]int64, len(sent))
-	ids := make([]string, len(sent))
-	for j, e := range sent {
-		at[e.ID], ids[j] = e.Deadline, e.ID
+	for _, e := range es {
+		h.reg.Later(ctx, e.ID, func(r *dispatch.DeviceRecord, exists bool) (bool, bool) {
+			if !exists || r.LostDeadline >= e.Deadline {
+				return false, false
+			}
+			r.LostDeadline, r.LostAt = e.Deadline, firedAt
+			return true, false
+		})
 	}
-	errs := h.reg.Update(ctx, ids, func(r *dispatch.DeviceRecord, _ bool) (bool, bool) {
-		if r.LostDeadline >= at[r.ID] {
-			return false, false
-		}
-		r.LostDeadline, r.LostAt = at[r.ID], firedAt
-		return true, false
-	})
-	var err error
-	keep := 0
-	for j, e := range sent {
-		if errs[j] != nil {
-			err = fmt.Errorf("scanner: record %s lost in the registry: %w", e.ID, errs[j])
-			continue
-		}
-		sent[keep], msgs[keep] = e, msgs[j]
-		keep++
-	}
-	return sent[:keep], msgs[:keep], err
 }
 
 // deferral applies the outage rule (invariant 6): a device whose silence
@@ -301,18 +261,13 @@ func (h *lost) Revived(ctx context.Context, fired, revived shard.Entry) error {
 		return err // !cleared: ingest saw the device come back and announced it.
 	}
 	if h.reg != nil {
-		err := h.retry(ctx, "registry's lost record not cleared", id, func() error {
-			return h.reg.Update(ctx, []string{id}, func(r *dispatch.DeviceRecord, _ bool) (bool, bool) {
-				if r.LostDeadline == 0 || r.LostDeadline > fired.Deadline {
-					return false, false
-				}
-				r.LostDeadline, r.LostAt = 0, 0
-				return true, false
-			})[0]
+		h.reg.Later(ctx, id, func(r *dispatch.DeviceRecord, _ bool) (bool, bool) {
+			if r.LostDeadline == 0 || r.LostDeadline > fired.Deadline {
+				return false, false
+			}
+			r.LostDeadline, r.LostAt = 0, 0
+			return true, false
 		})
-		if err != nil {
-			return err
-		}
 	}
 	ev := dispatch.Recovered{
 		ID:          dispatch.RecoveredID(id, fired.Deadline),

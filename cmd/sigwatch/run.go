@@ -212,6 +212,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a.g.Go("topology", func(ctx context.Context) error { a.topo.Run(ctx); return nil })
 	a.guard.Watch(a.topo, a.rtopo)
 	a.g.Go("guard", a.guard.Run)
+	if a.registry != nil {
+		a.g.Go("registry", a.registry.Run)
+	}
 	a.g.Go("thresholds", func(ctx context.Context) error { a.thr.Run(ctx, time.Second, log); return nil })
 	if a.rtopo != nil {
 		a.g.Go("alarm topology", func(ctx context.Context) error { a.rtopo.Run(ctx); return nil })
