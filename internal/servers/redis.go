@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
 	"slices"
@@ -465,38 +466,58 @@ func (c *RedisCluster) MasterOf(key string) (*Redis, error) {
 	return c.MasterForSlot(slot)
 }
 
-// ReplicasOf returns the replicas of master m, in the order of Nodes, as m sees them; a replica
-// that was killed is included while m still counts it as its own.
+// ReplicasOf returns the replicas of master m, in the order of Nodes, as the first running node
+// that answers sees them; after WaitHealthy every node sees the same. A replica that was killed
+// is included while the cluster still counts it as m's.
 func (c *RedisCluster) ReplicasOf(m *Redis) ([]*Redis, error) {
-	reply, err := redisDo(m.Addr, "", "CLUSTER", "NODES")
-	if err != nil {
-		return nil, fmt.Errorf("servers: CLUSTER NODES on %s: %w", m.Addr, err)
-	}
-	v, err := parseClusterNodes(reply)
-	if err != nil {
-		return nil, err
-	}
-	var id string
-	for _, cn := range v {
-		if cn.addr == m.Addr {
-			id = cn.id
-		}
-	}
-	var replicas []*Redis
+	var lastErr error
 	for _, n := range c.Nodes {
-		for _, cn := range v {
-			if cn.addr == n.Addr && cn.masterID == id && id != "" {
-				replicas = append(replicas, n)
+		if !n.running() {
+			continue
+		}
+		reply, err := redisDo(n.Addr, "", "CLUSTER", "NODES")
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		v, err := parseClusterNodes(reply)
+		if err != nil {
+			return nil, err
+		}
+		roles := rolesOf(v)
+		var replicas []*Redis
+		for _, r := range c.Nodes {
+			if roles[r.Addr] == m.Addr {
+				replicas = append(replicas, r)
 			}
 		}
+		return replicas, nil
 	}
-	return replicas, nil
+	return nil, fmt.Errorf("servers: no redis cluster node answers CLUSTER NODES: %v", lastErr)
+}
+
+// rolesOf maps the address of every node of a view to its master's address, "" for a master.
+func rolesOf(v []clusterNode) map[string]string {
+	addrOf := make(map[string]string, len(v))
+	for _, cn := range v {
+		addrOf[cn.id] = cn.addr
+	}
+	roles := make(map[string]string, len(v))
+	for _, cn := range v {
+		roles[cn.addr] = ""
+		if !cn.master {
+			roles[cn.addr] = addrOf[cn.masterID]
+		}
+	}
+	return roles
 }
 
 // WaitHealthy returns once the cluster is whole again, or fails when ctx ends with the reason it
 // is not: every running node reports cluster_state:ok and knows every node of c; every running
 // node sees every slot served by the same master, which is running and not flagged failing; and
-// every running replica is in sync with its master (master_link_status:up).
+// every running node sees every node in the same role (master, or replica of the same master),
+// so that ReplicasOf does not depend on whom it asks; and every running replica is in sync with
+// its master (master_link_status:up).
 func (c *RedisCluster) WaitHealthy(ctx context.Context) error {
 	for {
 		err := c.healthy()
@@ -516,6 +537,8 @@ func (c *RedisCluster) healthy() error {
 	wantKnown := fmt.Sprintf("cluster_known_nodes:%d", len(c.Nodes))
 	running := 0
 	var owners [clusterSlots]string
+	var roles map[string]string // as the first node asked sees them
+	var rolesBy string
 	for _, n := range c.Nodes {
 		if !n.running() {
 			continue
@@ -535,6 +558,11 @@ func (c *RedisCluster) healthy() error {
 		v, err := parseClusterNodes(reply)
 		if err != nil {
 			return err
+		}
+		if r := rolesOf(v); roles == nil {
+			roles, rolesBy = r, n.Addr
+		} else if !maps.Equal(r, roles) {
+			return fmt.Errorf("node %s sees roles (node: its master) %v, node %s sees %v", n.Addr, r, rolesBy, roles)
 		}
 		served := 0
 		for _, cn := range v {
