@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/sigwatch/sigwatch/internal/servers"
 )
 
@@ -168,4 +169,79 @@ func addrsOf(rs []*servers.Redis) []string {
 		a = append(a, r.Addr)
 	}
 	return a
+}
+
+// TestRedisClusterQuickRestart: a master killed and restarted before the others count it as
+// failing keeps its slots, and comes back with its data only from its append-only file.
+// Without one it comes back empty, and its replica, syncing from it, empties too: the Redis
+// data loss that sigwatch must detect (DESIGN.md invariant 10) rather than a failover.
+func TestRedisClusterQuickRestart(t *testing.T) {
+	t.Parallel()
+	for _, aof := range []bool{true, false} {
+		t.Run(fmt.Sprintf("appendonly=%v", aof), func(t *testing.T) {
+			// A node timeout well above the restart: no one suspects the node meanwhile.
+			c, err := servers.StartRedisClusterOpts(t.TempDir(), servers.ClusterOptions{
+				Masters: 3, Replicas: 1, NodeTimeout: 3 * time.Second,
+				AppendOnly: aof, AppendFsync: "always",
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Stop)
+			client := redisClient(t, "", c.Addrs...)
+			const key = "sw:{0}:k"
+			if err := client.Do(ctx(t), client.B().Set().Key(key).Value("v").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.WaitReplicated(ctx(t)); err != nil {
+				t.Fatal(err)
+			}
+			master, err := c.MasterOf(key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			replicas, err := c.ReplicasOf(master)
+			if err != nil || len(replicas) != 1 {
+				t.Fatalf("replicas of %s: got %v, %v, want 1", master.Addr, addrsOf(replicas), err)
+			}
+			if err := c.Kill(master); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Restart(master); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.WaitHealthy(ctx(t)); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := c.MasterOf(key); err != nil || got != master {
+				t.Fatalf("master of %s after the restart: got %s, %v, want %s again", key, addrOf(got), err, master.Addr)
+			}
+			if err := c.WaitReplicated(ctx(t)); err != nil {
+				t.Fatal(err)
+			}
+			want := int64(0)
+			if aof {
+				want = 1
+			}
+			for _, n := range []*servers.Redis{master, replicas[0]} {
+				// DBSIZE, unlike a read of the key, is answered by a replica too.
+				got, err := redisDBSize(n.Addr)
+				if err != nil || got != want {
+					t.Errorf("keys on %s after the restart: got %d, %v, want %d", n.Addr, got, err, want)
+				}
+			}
+		})
+	}
+}
+
+// redisDBSize returns the number of keys on the node at addr.
+func redisDBSize(addr string) (int64, error) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true,
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	return c.Do(context.Background(), c.B().Dbsize().Build()).AsInt64()
 }
