@@ -184,15 +184,15 @@ type RedisCluster struct {
 
 // StartRedisCluster starts masters redis-server nodes (at least 3, as redis-cli requires)
 // without replicas in dir/node<i>, joins them with `redis-cli --cluster create` and returns once
-// every node reports cluster_state:ok and knows every other node.
+// the cluster is healthy (see WaitHealthy).
 func StartRedisCluster(dir string, masters int) (*RedisCluster, error) {
 	return StartRedisClusterOpts(dir, ClusterOptions{Masters: masters, NodeTimeout: 2 * time.Second})
 }
 
 // StartRedisClusterOpts starts opts.Masters × (1 + opts.Replicas) nodes in dir/node<i>, joins
 // them with `redis-cli --cluster create --cluster-replicas`, and returns once the cluster is
-// healthy (see WaitHealthy): every node knows every other, every slot is served, and every
-// replica is in sync with its master.
+// healthy (see WaitHealthy): every node knows every other and sees the same masters and
+// replicas, every slot is served, and every replica is in sync with its master.
 func StartRedisClusterOpts(dir string, opts ClusterOptions) (*RedisCluster, error) {
 	if opts.Masters < 3 {
 		return nil, fmt.Errorf("servers: redis cluster needs at least 3 masters, got %d", opts.Masters)
