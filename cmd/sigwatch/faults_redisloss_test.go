@@ -33,26 +33,7 @@ func TestRedisEverySecKilled(t *testing.T) { redisLoss(t, true) }
 // told on sigwatch.system, and the service is ready again.
 func redisLoss(t *testing.T, persist bool) {
 	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true, RedisPersist: persist})
-	const (
-		threshold = 3 * time.Second
-		lease     = 2 * time.Second
-		interval  = 2 * time.Second
-	)
-	port, err := servers.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	startProc(t, env, "sigwatch", "SIGWATCH_THRESHOLDS_DEFAULT="+threshold.String(), "SIGWATCH_SHARDS_INITIAL=4",
-		"SIGWATCH_ALARM_INTERVAL="+interval.String(), "SIGWATCH_HTTP_ADDR="+addr, "SIGWATCH_SCANNER_LEASE_TTL="+lease.String())
-	conn := env.Conn(t)
-	lost := watchLost(t, env)
-	alarms := testenv.RecordStream[dispatch.Alarm](t, conn, "SIGWATCH", "sigwatch.alarm.>")
-	recovered := testenv.RecordStream[dispatch.Recovered](t, conn, "SIGWATCH", "sigwatch.recovered.>")
-	system := testenv.RecordStream[dispatch.System](t, conn, "SIGWATCH", "sigwatch.system")
-	d := startDevices(t, env.Mosquitto.URL, 500, 300*time.Millisecond)
-	waitHTTP(t, addr, "/readyz", 20*time.Second)
-
+	r := startLossRun(t, env, "SIGWATCH_SHARDS_INITIAL=4")
 	for _, want := range []string{"4 -> 8", "8 -> 16"} {
 		testenv.WaitFor(t, 60*time.Second, "doubling "+want, func() bool {
 			cmd := exec.Command(binary, "shards", "double")
@@ -61,22 +42,7 @@ func redisLoss(t *testing.T, persist bool) {
 			return strings.Contains(string(out), want)
 		})
 	}
-	time.Sleep(threshold)
-
-	// A: silenced long before the crash: lost and alarmed before it.
-	var early []string
-	for i := 0; i < 20; i++ {
-		id := d.ids[i*25]
-		early = append(early, id)
-		d.silence(id)
-	}
-	waitAllLost(t, lost, d, 20*time.Second)
-	alarms.WaitN(t, 10*time.Second, len(early), "the early devices' alarms raised", func(a dispatch.Alarm) bool { return a.State == "raised" })
-	// B: silenced just before the crash: not lost yet when Redis dies.
-	for i := 0; i < 20; i++ {
-		d.silence(d.ids[i*25+1])
-	}
-	time.Sleep(500 * time.Millisecond)
+	r.silence()
 	if err := env.Redis.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -84,35 +50,96 @@ func redisLoss(t *testing.T, persist bool) {
 	if err := env.Redis.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	back := time.Now()
+	r.check(time.Now(), 16)
+}
 
-	waitAllLost(t, lost, d, threshold+lease+20*time.Second)
-	for _, e := range lost.Events() {
-		if e.At.After(back) {
-			if late := e.At.Sub(back); late > threshold+lease+5*time.Second {
-				t.Errorf("device %s reported %v after Redis was back, want within threshold + lease + 5s", e.Body.Device, late)
-			}
+// lossRun is one sigwatch process watching a live fleet while Redis loses
+// data under it, with what it published recorded.
+type lossRun struct {
+	t         *testing.T
+	addr      string // the process's HTTP API
+	lost      *lostLog
+	alarms    *testenv.Recorder[dispatch.Alarm]
+	recovered *testenv.Recorder[dispatch.Recovered]
+	system    *testenv.Recorder[dispatch.System]
+	d         *devices
+	early     []string // silenced and reported lost before the loss
+}
+
+const (
+	lossThreshold = 3 * time.Second
+	lossLease     = 2 * time.Second
+	lossInterval  = 2 * time.Second // alarm repeats
+)
+
+// startLossRun starts sigwatch (with extra settings) and a 500-device
+// fleet, and waits until the process is ready.
+func startLossRun(t *testing.T, env *testenv.Env, extra ...string) *lossRun {
+	port, err := servers.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &lossRun{t: t, addr: fmt.Sprintf("127.0.0.1:%d", port)}
+	startProc(t, env, "sigwatch", append([]string{"SIGWATCH_THRESHOLDS_DEFAULT=" + lossThreshold.String(),
+		"SIGWATCH_ALARM_INTERVAL=" + lossInterval.String(), "SIGWATCH_HTTP_ADDR=" + r.addr,
+		"SIGWATCH_SCANNER_LEASE_TTL=" + lossLease.String()}, extra...)...)
+	conn := env.Conn(t)
+	r.lost = watchLost(t, env)
+	r.alarms = testenv.RecordStream[dispatch.Alarm](t, conn, "SIGWATCH", "sigwatch.alarm.>")
+	r.recovered = testenv.RecordStream[dispatch.Recovered](t, conn, "SIGWATCH", "sigwatch.recovered.>")
+	r.system = testenv.RecordStream[dispatch.System](t, conn, "SIGWATCH", "sigwatch.system")
+	r.d = startDevices(t, env.Mosquitto.URL, 500, 300*time.Millisecond)
+	waitHTTP(t, r.addr, "/readyz", 30*time.Second)
+	return r
+}
+
+// silence silences 20 devices and waits until they are lost and alarmed,
+// then silences 20 more, which are not lost yet when it returns.
+func (r *lossRun) silence() {
+	t, d := r.t, r.d
+	time.Sleep(lossThreshold)
+	for i := 0; i < 20; i++ {
+		id := d.ids[i*25]
+		r.early = append(r.early, id)
+		d.silence(id)
+	}
+	waitAllLost(t, r.lost, d, 20*time.Second)
+	r.alarms.WaitN(t, 10*time.Second, len(r.early), "the early devices' alarms raised", func(a dispatch.Alarm) bool { return a.State == "raised" })
+	for i := 0; i < 20; i++ {
+		d.silence(d.ids[i*25+1])
+	}
+	time.Sleep(500 * time.Millisecond)
+}
+
+// check waits for and checks the outcome of a loss that ended at back; the
+// topology must have wantShards.
+func (r *lossRun) check(back time.Time, wantShards int) {
+	t, d := r.t, r.d
+	waitAllLost(t, r.lost, d, lossThreshold+lossLease+20*time.Second)
+	for _, e := range r.lost.Events() {
+		if late := e.At.Sub(back); e.At.After(back) && late > lossThreshold+lossLease+5*time.Second {
+			t.Errorf("device %s reported %v after Redis was back, want within threshold + lease + 5s", e.Body.Device, late)
 		}
 	}
 	// The early devices' alarms repeat after the loss, with no second raise.
-	testenv.WaitFor(t, 3*interval+10*time.Second, "the early devices' alarms repeating after the loss", func() bool {
+	testenv.WaitFor(t, 3*lossInterval+10*time.Second, "the early devices' alarms repeating after the loss", func() bool {
 		repeated := map[string]bool{}
-		for _, e := range alarms.Events() {
+		for _, e := range r.alarms.Events() {
 			if e.At.After(back) && e.Body.State == "repeat" {
 				repeated[e.Body.Device] = true
 			}
 		}
-		for _, id := range early {
+		for _, id := range r.early {
 			if !repeated[id] {
 				return false
 			}
 		}
 		return true
 	})
-	neverLiveLost(t, lost, d, 2*threshold)
-	checkExactlySilenced(t, lost, d, threshold)
+	neverLiveLost(t, r.lost, d, 2*lossThreshold)
+	checkExactlySilenced(t, r.lost, d, lossThreshold)
 	raised := map[string]int{}
-	for _, a := range alarms.Bodies(nil) {
+	for _, a := range r.alarms.Bodies(nil) {
 		if a.State == "raised" {
 			raised[a.Device]++
 		}
@@ -122,25 +149,25 @@ func redisLoss(t *testing.T, persist bool) {
 			t.Errorf("device %s's alarm raised %d times, want once", id, n)
 		}
 	}
-	if n := recovered.Len(); n != 0 {
-		t.Errorf("%d recovered events, want none (no silenced device came back): %+v", n, recovered.Bodies(nil))
+	if n := r.recovered.Len(); n != 0 {
+		t.Errorf("%d recovered events, want none (no silenced device came back): %+v", n, r.recovered.Bodies(nil))
 	}
 	kinds := map[string]int{}
-	for _, ev := range system.Bodies(nil) {
+	for _, ev := range r.system.Bodies(nil) {
 		kinds[ev.Kind]++
 	}
 	if kinds["redis_data_loss"] == 0 || kinds["redis_restored"] == 0 {
 		t.Errorf("system events %v, want redis_data_loss and redis_restored", kinds)
 	}
 	var v shardsView
-	if err := json.Unmarshal([]byte(waitHTTP(t, addr, "/v1/shards", 10*time.Second)), &v); err != nil {
+	if err := json.Unmarshal([]byte(waitHTTP(t, r.addr, "/v1/shards", 10*time.Second)), &v); err != nil {
 		t.Fatal(err)
 	}
-	if v.Shards != 16 {
-		t.Errorf("after the loss the topology has %d shards, want the 16 of the two doublings", v.Shards)
+	if v.Shards != wantShards {
+		t.Errorf("after the loss the topology has %d shards, want %d", v.Shards, wantShards)
 	}
-	waitHTTP(t, addr, "/readyz", 10*time.Second)
-	t.Logf("lost %d, alarms %d, system events %v", lost.Len(), alarms.Len(), kinds)
+	waitHTTP(t, r.addr, "/readyz", 10*time.Second)
+	t.Logf("lost %d, alarms %d, system events %v", r.lost.Len(), r.alarms.Len(), kinds)
 }
 
 // waitHTTP waits until GET path on addr answers 200 and returns the body.
