@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"syscall"
 	"time"
@@ -136,7 +137,11 @@ func Dial(c RedisConfig) (*Store, error) {
 		opt.Sentinel = rueidis.SentinelOption{
 			MasterSet: c.Sentinel.MasterSet,
 			Username:  c.Sentinel.Username, Password: c.Sentinel.Password,
-			TLSConfig:               tlsConf,
+			TLSConfig: tlsConf,
+			// rueidis gives the master's dialer defaults but not this one. Without a
+			// keep-alive its connections send no PING, so a frozen sentinel would hold the
+			// client forever; without a timeout a dial to a vanished host hangs for minutes.
+			Dialer:                  net.Dialer{Timeout: rueidis.DefaultDialTimeout, KeepAlive: rueidis.DefaultTCPKeepAlive},
 			TopologyRefreshInterval: sentinelRefresh,
 		}
 	}

@@ -80,6 +80,30 @@ func dialSentinel(t *testing.T, cfg shard.RedisConfig) *shard.Store {
 // that is DESIGN.md invariant 10, not this test.)
 func TestStoreFollowsSentinelFailover(t *testing.T) {
 	t.Parallel()
+	storeFollowsFailover(t, "")
+}
+
+// TestStoreFollowsSentinelFailoverWithoutItsSentinel is TestStoreFollowsSentinelFailover when
+// the sentinel the Store listens to for +switch-master dies with the master, as when both run
+// on one host: the Store turns to the other sentinels.
+func TestStoreFollowsSentinelFailoverWithoutItsSentinel(t *testing.T) {
+	t.Parallel()
+	storeFollowsFailover(t, "kill")
+}
+
+// TestStoreFollowsSentinelFailoverPastAFrozenSentinel is TestStoreFollowsSentinelFailover when
+// the sentinel the Store listens to is frozen (SIGSTOP) before the master dies: its connection
+// stays open and no +switch-master ever comes on it, so only asking the other sentinels finds
+// the new master.
+func TestStoreFollowsSentinelFailoverPastAFrozenSentinel(t *testing.T) {
+	t.Parallel()
+	storeFollowsFailover(t, "pause")
+}
+
+// storeFollowsFailover runs the failover under a stream of writes; itsSentinel is what happens
+// to the sentinel the Store listens to just before the master is killed: "" nothing, "kill" or
+// "pause".
+func storeFollowsFailover(t *testing.T, itsSentinel string) {
 	rs := startSentinel(t, servers.SentinelOptions{})
 	s := dialSentinel(t, shard.RedisConfig{
 		Addrs: rs.SentinelAddrs(), Prefix: "sw",
@@ -121,12 +145,32 @@ func TestStoreFollowsSentinelFailover(t *testing.T) {
 		}
 	}
 
+	if itsSentinel != "" {
+		// The client starts with the first sentinel it is given and subscribes there.
+		sn := rs.Sentinels[0]
+		if n := subscribers(t, sn.Addr); n != 1 {
+			t.Fatalf("sentinel %s has %d subscribed clients, want the Store's 1", sn.Addr, n)
+		}
+		stop := sn.Kill
+		if itsSentinel == "pause" {
+			stop = sn.Pause
+			t.Cleanup(func() { sn.Resume() })
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	killed, err := rs.KillMaster()
 	if err != nil {
 		t.Fatal(err)
 	}
 	killedAt := time.Now()
-	const bound = 20 * time.Second
+	bound := 20 * time.Second
+	if itsSentinel == "pause" {
+		// A frozen sentinel is noticed only when a PING on its connection goes unanswered
+		// for rueidis' ConnWriteTimeout (10s by default).
+		bound = 30 * time.Second
+	}
 	var failed int
 	var last error
 	for {
@@ -150,12 +194,14 @@ func TestStoreFollowsSentinelFailover(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	took := time.Since(killedAt)
-	promoted := mustMaster(t, rs)
+	wctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	promoted, err := rs.WaitFailover(wctx)
+	if err != nil {
+		t.Fatalf("the Store writes again, but: %v", err)
+	}
 	t.Logf("Store wrote and read again %v after kill -9 of master %s (now %s), after %d failed attempts (last: %v)",
 		took.Round(time.Millisecond), killed, promoted, failed, last)
-	if promoted == killed {
-		t.Fatalf("the sentinels still name the killed master %s", killed)
-	}
 
 	for i, es := range before {
 		for _, e := range es {
@@ -177,6 +223,24 @@ func TestStoreFollowsSentinelFailover(t *testing.T) {
 	if got, _, err := s.Score(ctx, shard.Deadlines, 0, "stream"); err != nil || got != 2_000_000+seq {
 		t.Errorf("last streamed deadline: got %d, %v, want %d", got, err, 2_000_000+seq)
 	}
+}
+
+// subscribers counts the clients of the sentinel at addr that are subscribed to something.
+func subscribers(t *testing.T, addr string) int {
+	t.Helper()
+	c := rawClient(t, addr)
+	defer c.Close()
+	list, err := c.Do(t.Context(), c.B().ClientList().Build()).ToString()
+	if err != nil {
+		t.Fatalf("CLIENT LIST on sentinel %s: %v", addr, err)
+	}
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, " sub=") && !strings.Contains(line, " sub=0 ") {
+			n++
+		}
+	}
+	return n
 }
 
 func devID(i, j int) string { return "dev-" + string(rune('a'+i)) + "-" + string(rune('a'+j)) }

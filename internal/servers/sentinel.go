@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -351,6 +352,12 @@ func (sn *Sentinel) Kill() error { return sn.child.kill() }
 
 // Stop asks the sentinel to shut down (SIGTERM) and waits; it kills it after 5s.
 func (sn *Sentinel) Stop() error { return sn.child.stop() }
+
+// Pause freezes the sentinel (SIGSTOP): its connections stay open but it answers nothing.
+func (sn *Sentinel) Pause() error { return sn.child.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused sentinel.
+func (sn *Sentinel) Resume() error { return sn.child.signal(syscall.SIGCONT) }
 
 // Restart starts the sentinel again on the same port with the config it last wrote, and waits
 // for PING.
