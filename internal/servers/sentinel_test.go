@@ -3,6 +3,7 @@ package servers_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,5 +133,26 @@ func TestRedisSentinelFailover(t *testing.T) {
 	defer cancel2()
 	if m, err := s.WaitFailover(short); err == nil {
 		t.Errorf("WaitFailover with no replica left: got %s, nil, want an error", m)
+	}
+}
+
+// TestSentinelRestart proves a killed sentinel comes back on its address, still watching the
+// master it knew.
+func TestSentinelRestart(t *testing.T) {
+	t.Parallel()
+	s := startSentinel(t, servers.SentinelOptions{})
+	sn := s.Sentinels[2]
+	addr := sn.Addr
+	if err := sn.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	restartInPlace(t, sn, &sn.Addr)
+	c := redisClient(t, "", addr)
+	got, err := c.Do(ctx(t), c.B().SentinelGetMasterAddrByName().Master(s.MasterSet()).Build()).AsStrSlice()
+	if err != nil {
+		t.Fatalf("SENTINEL GET-MASTER-ADDR-BY-NAME on the restarted sentinel: %v", err)
+	}
+	if m := strings.Join(got, ":"); m != s.Nodes[0].Addr {
+		t.Errorf("restarted sentinel names master %s, want %s", m, s.Nodes[0].Addr)
 	}
 }
