@@ -161,7 +161,7 @@ func dialHint(c RedisConfig, err error) string {
 	msg := err.Error()
 	switch sentinel := c.Sentinel.MasterSet != ""; {
 	case errors.Is(err, syscall.ECONNREFUSED) && sentinel:
-		return " (are the sentinels running? with redis.sentinel.master_set, redis.addrs / SIGWATCH_REDIS_ADDRS list the sentinels, not Redis)"
+		return " (are the sentinels, and the master they name, running? with redis.sentinel.master_set, redis.addrs / SIGWATCH_REDIS_ADDRS list the sentinels, not Redis)"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return " (is Redis running? set redis.addrs / SIGWATCH_REDIS_ADDRS)"
 	case sentinel && strings.Contains(msg, "unknown command 'SENTINEL'"):

@@ -285,7 +285,7 @@ func TestDialSentinelHints(t *testing.T) {
 		{"redis, not sentinels", shard.RedisConfig{Addrs: []string{rs.Nodes[0].Addr}, Sentinel: shard.SentinelConfig{MasterSet: "fleet"}},
 			"redis.addrs must list the sentinels, not Redis itself"},
 		{"sentinels down", shard.RedisConfig{Addrs: []string{down}, Sentinel: shard.SentinelConfig{MasterSet: "fleet"}},
-			"are the sentinels running?"},
+			"are the sentinels, and the master they name, running?"},
 		{"sentinels without master set", shard.RedisConfig{Addrs: rs.SentinelAddrs()},
 			"if redis.addrs are sentinels, set redis.sentinel.master_set"},
 	} {
