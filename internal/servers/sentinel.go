@@ -190,7 +190,8 @@ func (s *RedisSentinel) KillMaster() (string, error) {
 }
 
 // WaitFailover waits until a majority of the sentinels name a master other than the one
-// KillMaster killed last, and that master accepts writes; it returns its address.
+// KillMaster killed last, and that master accepts writes; it returns its address. Before any
+// KillMaster it waits for the current master to accept writes.
 func (s *RedisSentinel) WaitFailover(ctx context.Context) (string, error) {
 	s.mu.Lock()
 	killed := s.killed
