@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/redis/rueidis"
 
@@ -13,14 +16,28 @@ import (
 )
 
 // RedisConfig is the redis section of sigwatch's configuration: a single
-// Redis or any nodes of a Redis Cluster, and the key prefix.
+// Redis, any nodes of a Redis Cluster, or the sentinels of a Redis watched
+// by Redis Sentinel; and the key prefix.
 type RedisConfig struct {
+	// Addrs are the Redis or Cluster nodes; with Sentinel.MasterSet, the
+	// sentinels.
 	Addrs    []string         `yaml:"addrs"`
 	Username string           `yaml:"username"`
 	Password string           `yaml:"password"`
 	DB       int              `yaml:"db"`
 	Prefix   string           `yaml:"prefix"`
 	TLS      tlsconfig.Config `yaml:"tls"`
+	Sentinel SentinelConfig   `yaml:"sentinel"`
+}
+
+// SentinelConfig is redis.sentinel: which master the sentinels in
+// redis.addrs are asked for. Username and Password, when the sentinels
+// require them, are the sentinels' own; redis.username and redis.password
+// stay those of the master. The sentinels are reached with redis.tls.
+type SentinelConfig struct {
+	MasterSet string `yaml:"master_set"`
+	Username  string `yaml:"username"`
+	Password  string `yaml:"password"`
 }
 
 // DefaultRedisConfig is the redis section when nothing is configured.
@@ -31,11 +48,26 @@ func DefaultRedisConfig() RedisConfig {
 // Validate refuses settings that cannot work.
 func (c RedisConfig) Validate() error {
 	var errs []error
-	if len(c.Addrs) == 0 {
+	switch {
+	case len(c.Addrs) == 0 && c.Sentinel.MasterSet != "":
+		errs = append(errs, errors.New("redis.addrs is empty: with redis.sentinel.master_set, list the sentinels (host:26379)"))
+	case len(c.Addrs) == 0:
 		errs = append(errs, errors.New("redis.addrs is empty"))
 	}
 	if c.DB < 0 {
 		errs = append(errs, errors.New("redis.db must not be negative"))
+	}
+	if strings.ContainsFunc(c.Sentinel.MasterSet, unicode.IsSpace) {
+		// Sentinel's events separate fields with spaces, so such a name could not be followed.
+		errs = append(errs, fmt.Errorf("redis.sentinel.master_set %q must not contain spaces", c.Sentinel.MasterSet))
+	}
+	if c.Sentinel.MasterSet == "" {
+		if c.Sentinel.Username != "" {
+			errs = append(errs, errors.New("redis.sentinel.username is set but redis.sentinel.master_set is not: set the master set the sentinels monitor, or remove the username"))
+		}
+		if c.Sentinel.Password != "" {
+			errs = append(errs, errors.New("redis.sentinel.password is set but redis.sentinel.master_set is not: set the master set the sentinels monitor, or remove the password"))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -83,25 +115,63 @@ func (c ThresholdsConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
+// sentinelRefresh is how often a client asks the sentinels for the master
+// besides following their +switch-master events, so that a missed event
+// does not leave it on a demoted master.
+const sentinelRefresh = 5 * time.Second
+
 // Dial connects to the Redis of c and returns the store over it; Close
-// closes the connection. It is the one way sigwatch opens Redis.
+// closes the connection. It is the one way sigwatch opens Redis. With
+// c.Sentinel.MasterSet it asks the sentinels in c.Addrs for the master and
+// follows it across failovers.
 func Dial(c RedisConfig) (*Store, error) {
 	tlsConf, err := c.TLS.Build()
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	rc, err := rueidis.NewClient(rueidis.ClientOption{
+	opt := rueidis.ClientOption{
 		InitAddress: c.Addrs, Username: c.Username, Password: c.Password,
 		SelectDB: c.DB, TLSConfig: tlsConf, DisableCache: true,
-	})
-	if err != nil {
-		hint := ""
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			hint = " (is Redis running? set redis.addrs / SIGWATCH_REDIS_ADDRS)"
+	}
+	if c.Sentinel.MasterSet != "" {
+		opt.Sentinel = rueidis.SentinelOption{
+			MasterSet: c.Sentinel.MasterSet,
+			Username:  c.Sentinel.Username, Password: c.Sentinel.Password,
+			TLSConfig: tlsConf,
+			// rueidis gives the master's dialer defaults but not this one. Without a
+			// keep-alive its connections send no PING, so a frozen sentinel would hold the
+			// client forever; without a timeout a dial to a vanished host hangs for minutes.
+			Dialer:                  net.Dialer{Timeout: rueidis.DefaultDialTimeout, KeepAlive: rueidis.DefaultTCPKeepAlive},
+			TopologyRefreshInterval: sentinelRefresh,
 		}
-		return nil, fmt.Errorf("redis %v: %w%s", c.Addrs, err, hint)
+	}
+	rc, err := rueidis.NewClient(opt)
+	if err != nil {
+		what := "redis"
+		if c.Sentinel.MasterSet != "" {
+			what = fmt.Sprintf("redis sentinels (master set %q)", c.Sentinel.MasterSet)
+		}
+		return nil, fmt.Errorf("%s %v: %w%s", what, c.Addrs, err, dialHint(c, err))
 	}
 	return NewStore(rc, NewKeys(c.Prefix)), nil
+}
+
+// dialHint says what to check after Dial failed with err, or "".
+func dialHint(c RedisConfig, err error) string {
+	msg := err.Error()
+	switch sentinel := c.Sentinel.MasterSet != ""; {
+	case errors.Is(err, syscall.ECONNREFUSED) && sentinel:
+		return " (are the sentinels, and the master they name, running? with redis.sentinel.master_set, redis.addrs / SIGWATCH_REDIS_ADDRS list the sentinels, not Redis)"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return " (is Redis running? set redis.addrs / SIGWATCH_REDIS_ADDRS)"
+	case sentinel && strings.Contains(msg, "unknown command 'SENTINEL'"):
+		return " (redis.addrs must list the sentinels, not Redis itself)"
+	case sentinel && (strings.Contains(msg, "No such master") || rueidis.IsRedisNil(err)):
+		return fmt.Sprintf(" (the sentinels monitor no master set %q: check redis.sentinel.master_set against SENTINEL MASTERS)", c.Sentinel.MasterSet)
+	case !sentinel && strings.Contains(msg, "unknown command 'CLUSTER'"):
+		return " (if redis.addrs are sentinels, set redis.sentinel.master_set / SIGWATCH_REDIS_SENTINEL_MASTER_SET)"
+	}
+	return ""
 }
 
 // Close closes the store's connection.
