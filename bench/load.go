@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -73,6 +74,23 @@ func preloadRegistry(ctx context.Context, store *shard.Store, ids []string, typ 
 		for _, d := range store.SeenMulti(ctx, ss, now) {
 			if d.Err != nil {
 				return d.Err
+			}
+		}
+		return nil
+	})
+}
+
+// preloadDurable records ids in the durable registry as ingest does when
+// it first sees them.
+func preloadDurable(ctx context.Context, reg *dispatch.Registry, ids []string) error {
+	return parallelChunks(ctx, len(ids), 1000, 4, func(lo, hi int) error {
+		recs := make([]dispatch.DeviceRecord, 0, hi-lo)
+		for _, id := range ids[lo:hi] {
+			recs = append(recs, dispatch.DeviceRecord{ID: id})
+		}
+		for _, err := range reg.Add(ctx, recs, func(*dispatch.DeviceRecord, bool) (bool, bool) { return false, false }) {
+			if err != nil {
+				return err
 			}
 		}
 		return nil

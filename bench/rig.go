@@ -34,6 +34,7 @@ const threshold = 30 * time.Second
 type scanRig struct {
 	store *shard.Store
 	pub   *dispatch.Publisher
+	reg   *dispatch.Registry
 	sc    *scanner.Scanner
 	rc    rueidis.Client // the scanner's own client
 
@@ -64,7 +65,14 @@ func (r *runner) startScanner(ctx context.Context, standIn bool) (*scanRig, erro
 	if err != nil {
 		return nil, err
 	}
-	sc, err := scanner.New(scanner.Options{Replica: fmt.Sprintf("bench-%d", time.Now().UnixNano()), Thresholds: thr},
+	// The scanner keeps losses in the durable registry, as `sigwatch run`
+	// has it do.
+	reg, err := pub.OpenRegistry(ctx)
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	sc, err := scanner.New(scanner.Options{Replica: fmt.Sprintf("bench-%d", time.Now().UnixNano()), Thresholds: thr, Registry: reg},
 		shard.NewStore(rc, shard.NewKeys("sw")), topo, pub, prometheus.NewRegistry(), nil)
 	if err != nil {
 		rc.Close()
@@ -77,8 +85,9 @@ func (r *runner) startScanner(ctx context.Context, standIn bool) (*scanRig, erro
 		}
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	g := &scanRig{store: store, pub: pub, sc: sc, rc: rc, cancel: cancel}
+	g := &scanRig{store: store, pub: pub, reg: reg, sc: sc, rc: rc, cancel: cancel}
 	g.wg.Go(func() { topo.Run(rctx) })
+	g.wg.Go(func() { reg.Run(rctx) })
 	if standIn {
 		g.wg.Go(func() {
 			periodic.Run(rctx, ingest.DefaultProbeInterval, func(now time.Time) {

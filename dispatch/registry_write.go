@@ -216,3 +216,11 @@ func (p *Publisher) Losses(ctx context.Context, fn func(lost *Lost, rec *Recover
 		}
 	}
 }
+
+// Drop deletes the registry's bucket and everything in it.
+func (r *Registry) Drop(ctx context.Context) error {
+	if err := r.js.DeleteKeyValue(ctx, r.bucket); err != nil {
+		return fmt.Errorf("dispatch: drop registry bucket %s: %w", r.bucket, err)
+	}
+	return nil
+}

@@ -22,14 +22,13 @@ type DeviceView struct {
 	Deadline     int64  `json:"deadline,omitempty"`
 	LastSeen     int64  `json:"last_seen,omitempty"`
 	ThresholdMS  int64  `json:"threshold_ms"`
-	FirstSeen    int64  `json:"first_seen,omitempty"`
 	Lost         bool   `json:"lost"`
 	LostDeadline int64  `json:"lost_deadline,omitempty"`
 	LostAt       int64  `json:"lost_at,omitempty"`
 }
 
 // Known reports whether the device was ever seen and is not removed.
-func (v DeviceView) Known() bool { return v.Watched || v.FirstSeen != 0 || v.Lost }
+func (v DeviceView) Known() bool { return v.Watched || v.Type != "" || v.Lost }
 
 // Devices are the operations on one device across its deadline, the
 // registry and the thresholds, under the topology in force.
@@ -73,7 +72,7 @@ func (d *Devices) Get(ctx context.Context, id string) (DeviceView, error) {
 		return v, err
 	}
 	reg := ds[0]
-	v.Type, v.FirstSeen = reg.Type, reg.FirstSeen
+	v.Type = reg.Type
 	// A mark counts only while the device is not watched at a later
 	// deadline: a scanner that marked and then died before publishing
 	// leaves a mark behind on a device that signalled since.

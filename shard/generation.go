@@ -68,7 +68,7 @@ func (s *Store) SetGeneration(id string) { s.gen.id.Store(&id) }
 
 // Unchecked returns a view of the store whose scripts check no generation:
 // the restore writes through it before the generation exists again.
-func (s *Store) Unchecked() *Store { return &Store{c: s.c, k: s.k} }
+func (s *Store) Unchecked() *Store { return &Store{c: s.c, k: s.k, types: new(typeCodes)} }
 
 // GenRecord is the generation record: the id of the data in force, a
 // sequence every process's beat increments, and the time of the last beat.
@@ -259,4 +259,4 @@ func (s *Store) Vetted(ctx context.Context, n int) error {
 
 // ShareGeneration makes s work under the generation of other (two
 // connections of one process).
-func (s *Store) ShareGeneration(other *Store) { s.gen = other.gen }
+func (s *Store) ShareGeneration(other *Store) { s.gen, s.types = other.gen, other.types }

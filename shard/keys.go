@@ -102,8 +102,19 @@ func (k Keys) partKeyAt(p int, name string) string {
 	return k.prefix + ":{r" + strconv.Itoa(p) + "}:" + name
 }
 
-// Registry is the HASH (id -> JSON) of devices in id's partition.
-func (k Keys) Registry(id string) string { return k.partKey(id, "reg") }
+// registrySubs is the number of registry HASHes per partition. With 64 a
+// HASH holds up to 128 devices (Redis keeps it compact, as a listpack,
+// below hash-max-listpack-entries 128) until 8M typed devices.
+const registrySubs = 64
+
+// Registry is the HASH (id -> type code) of devices of id's partition and
+// sub-partition.
+func (k Keys) Registry(id string) string {
+	return k.partKey(id, "reg:"+strconv.Itoa(int(Hash(id)>>48&(registrySubs-1))))
+}
+
+// TypeCodes is the HASH of type codes (see typecodes.go).
+func (k Keys) TypeCodes() string { return k.meta("types") }
 
 // Lost is the HASH (id -> "deadline:at") of the lost marks of the devices
 // in id's partition. Marks live beside the registry, not in its JSON, so

@@ -2,7 +2,6 @@ package shard
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -19,21 +18,12 @@ import (
 // Device is what the registry knows about a device. It is written when a
 // device is first seen, comes back, is lost or is changed — never per signal.
 type Device struct {
-	Type      string `json:"t,omitempty"`
-	FirstSeen int64  `json:"f,omitempty"`
+	Type string
 	// LostDeadline is the deadline the device was declared lost at, 0 while
 	// it is not lost; LostAt is when that was declared. They are kept in
 	// the partition's lost marks, not in the entry.
-	LostDeadline int64 `json:"-"`
-	LostAt       int64 `json:"-"`
-}
-
-func parseDevice(s string) (Device, error) {
-	var d Device
-	if err := json.Unmarshal([]byte(s), &d); err != nil {
-		return Device{}, fmt.Errorf("registry entry %q: %w", s, err)
-	}
-	return d, nil
+	LostDeadline int64
+	LostAt       int64
 }
 
 // lostMark is the value of a lost mark: "<deadline>:<at>", unix ms.
@@ -54,22 +44,35 @@ func parseLostMark(s string) (deadline, at int64, err error) {
 	return deadline, at, nil
 }
 
-// device builds a Device from a registry value and a lost mark, either
-// possibly nil (absent).
-func device(reg, lost rueidis.RedisMessage) (d Device, found bool, err error) {
+// device builds a Device from a registry value (a type code) and a lost
+// mark, either possibly nil (absent); its Type is left to decode from
+// code.
+func device(reg, lost rueidis.RedisMessage) (d Device, code string, found bool, err error) {
 	if v, e := reg.ToString(); e == nil {
 		found = true
-		if d, err = parseDevice(v); err != nil {
-			return Device{}, true, err
+		if validCode(v) {
+			code = v
 		}
 	}
 	if v, e := lost.ToString(); e == nil {
 		found = true
 		if d.LostDeadline, d.LostAt, err = parseLostMark(v); err != nil {
-			return d, true, err
+			return d, code, true, err
 		}
 	}
-	return d, found, nil
+	return d, code, found, nil
+}
+
+// decodeTypes fills in the Type of each device from its code.
+func (s *Store) decodeTypes(ctx context.Context, devs []Device, codes []string) error {
+	types, err := s.typeNames(ctx, codes)
+	if err != nil {
+		return err
+	}
+	for j := range devs {
+		devs[j].Type = types[j]
+	}
+	return nil
 }
 
 // Sighting is one device for SeenMulti: ID and Type go in; the previous
@@ -84,25 +87,19 @@ type Sighting struct {
 
 // seenScript records a device that is first seen or back after being lost,
 // clearing its lost mark. A device without a type costs no registry entry
-// at all: at millions of devices the registry would otherwise double
-// Redis's memory per device. An entry is written only when its type is new
-// or changed.
+// at all, and one with a type costs its id and a small code: at millions of
+// devices the registry would otherwise double Redis's memory per device.
+// An entry is written only when its type is new or changed.
 //
-// KEYS[1]: registry partition of the device; KEYS[2]: its lost marks
-// ARGV[1]: device id; ARGV[2]: type ("" if unknown); ARGV[3]: now, unix ms
+// KEYS[1]: registry HASH of the device; KEYS[2]: its partition's lost marks
+// ARGV[1]: device id; ARGV[2]: its type's code ("" if unknown)
 // Returns: {previous registry value or nil, previous lost mark or nil}.
 var seenScript = newScript(`
 local old = redis.call('HGET', KEYS[1], ARGV[1])
 local lost = redis.call('HGET', KEYS[2], ARGV[1])
 if lost then redis.call('HDEL', KEYS[2], ARGV[1]) end
-if ARGV[2] ~= '' then
-  local d = {}
-  if old then d = cjson.decode(old) end
-  if d.t ~= ARGV[2] or d.f == nil then
-    d.t = ARGV[2]
-    if d.f == nil then d.f = tonumber(ARGV[3]) end
-    redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(d))
-  end
+if ARGV[2] ~= '' and old ~= ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 end
 return {old or false, lost or false}`)
 
@@ -111,20 +108,43 @@ return {old or false, lost or false}`)
 // full of first-seen devices (a start, or a doubling's drain) costs one
 // round trip, not one per device. It fills in ss and returns it.
 func (s *Store) SeenMulti(ctx context.Context, ss []Sighting, now int64) []Sighting {
-	nowArg := strconv.FormatInt(now, 10)
+	types := make([]string, len(ss))
+	for j, d := range ss {
+		types[j] = d.Type
+	}
+	codes, err := s.typeCodesOf(ctx, types)
+	if err != nil {
+		for j := range ss {
+			ss[j].Prev, ss[j].Existed, ss[j].Err = Device{}, false, err
+		}
+		return ss
+	}
 	execs := make([]rueidis.LuaExec, len(ss))
 	for j, d := range ss {
-		execs[j] = rueidis.LuaExec{Keys: []string{s.k.Registry(d.ID), s.k.Lost(d.ID)}, Args: []string{d.ID, d.Type, nowArg}}
+		execs[j] = rueidis.LuaExec{Keys: []string{s.k.Registry(d.ID), s.k.Lost(d.ID)}, Args: []string{d.ID, codes[d.Type]}}
 	}
+	prevCodes := make([]string, len(ss))
+	prev := make([]Device, len(ss))
 	for j, r := range seenScript.execMulti(ctx, s.c, execs...) {
 		d := &ss[j]
 		d.Prev, d.Existed, d.Err = Device{}, false, nil
 		v, err := r.Tuple(2)
 		if err == nil {
-			d.Prev, d.Existed, err = device(v[0], v[1])
+			prev[j], prevCodes[j], d.Existed, err = device(v[0], v[1])
 		}
 		if err != nil {
-			d.Prev, d.Existed, d.Err = Device{}, false, fmt.Errorf("shard: record device: %w", err)
+			d.Existed, d.Err = false, fmt.Errorf("shard: record device: %w", err)
+		}
+	}
+	if err := s.decodeTypes(ctx, prev, prevCodes); err != nil {
+		for j := range ss {
+			ss[j].Err = err
+		}
+		return ss
+	}
+	for j := range ss {
+		if ss[j].Err == nil {
+			ss[j].Prev = prev[j]
 		}
 	}
 	return ss
@@ -250,8 +270,14 @@ func (s *Store) ClearLost(ctx context.Context, id string, deadline int64) (prev 
 	if rueidis.IsRedisNil(err) {
 		return Device{}, false, nil
 	}
+	var code string
 	if err == nil {
-		prev, _, err = device(v[0], v[1])
+		prev, code, _, err = device(v[0], v[1])
+	}
+	if err == nil {
+		devs := []Device{prev}
+		err = s.decodeTypes(ctx, devs, []string{code})
+		prev = devs[0]
 	}
 	if err != nil {
 		return Device{}, false, fmt.Errorf("shard: clear lost mark: %w", err)
@@ -297,6 +323,7 @@ func (s *Store) Devices(ctx context.Context, ids []string) ([]Device, error) {
 	}
 	rs := s.c.DoMulti(ctx, cmds...)
 	out := make([]Device, len(ids))
+	codes := make([]string, len(ids))
 	for j := range ids {
 		for _, r := range rs[2*j : 2*j+2] {
 			if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
@@ -307,7 +334,10 @@ func (s *Store) Devices(ctx context.Context, ids []string) ([]Device, error) {
 		// that holds it: the device still fires, with the default type.
 		reg, _ := rs[2*j].ToMessage()
 		lost, _ := rs[2*j+1].ToMessage()
-		out[j], _, _ = device(reg, lost)
+		out[j], codes[j], _, _ = device(reg, lost)
+	}
+	if err := s.decodeTypes(ctx, out, codes); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -323,7 +353,7 @@ func (s *Store) Types(ctx context.Context, ids []string) ([]string, error) {
 	for j, id := range ids {
 		cmds[j] = s.c.B().Hget().Key(s.k.Registry(id)).Field(id).Build()
 	}
-	out := make([]string, len(ids))
+	codes := make([]string, len(ids))
 	for j, r := range s.c.DoMulti(ctx, cmds...) {
 		v, err := r.ToString()
 		if rueidis.IsRedisNil(err) {
@@ -332,10 +362,11 @@ func (s *Store) Types(ctx context.Context, ids []string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("shard: read registry: %w", err)
 		}
-		d, _ := parseDevice(v)
-		out[j] = d.Type
+		if validCode(v) {
+			codes[j] = v
+		}
 	}
-	return out, nil
+	return s.typeNames(ctx, codes)
 }
 
 // Forget removes id from the registry, its lost mark and its threshold

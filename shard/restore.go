@@ -2,7 +2,6 @@ package shard
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -77,16 +76,22 @@ type Restored struct {
 }
 
 // RestoreRegistry writes the registry entries, lost marks and threshold
-// overrides of devs, in one round trip. Entries already present keep
-// their first sighting.
+// overrides of devs, in one round trip.
 func (s *Store) RestoreRegistry(ctx context.Context, devs []Restored) error {
 	b := s.c.B()
+	types := make([]string, len(devs))
+	for j, d := range devs {
+		types[j] = d.Type
+	}
+	codes, err := s.typeCodesOf(ctx, types)
+	if err != nil {
+		return err
+	}
 	var cmds rueidis.Commands
 	overrides := false
 	for _, d := range devs {
 		if d.Type != "" {
-			v, _ := json.Marshal(Device{Type: d.Type})
-			cmds = append(cmds, b.Hsetnx().Key(s.k.Registry(d.ID)).Field(d.ID).Value(string(v)).Build())
+			cmds = append(cmds, b.Hset().Key(s.k.Registry(d.ID)).FieldValue().FieldValue(d.ID, codes[d.Type]).Build())
 		}
 		if d.LostDeadline != 0 {
 			cmds = append(cmds, b.Hset().Key(s.k.Lost(d.ID)).FieldValue().FieldValue(d.ID, lostMark(d.LostDeadline, d.LostAt)).Build())

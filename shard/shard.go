@@ -114,14 +114,18 @@ type Store struct {
 	k Keys
 	// gen is the generation the scripts check (nil: none, see Unchecked).
 	gen *generation
+	// types caches the registry's type codes.
+	types *typeCodes
 }
 
 // NewStore wraps a rueidis client.
 func NewStore(c rueidis.Client, keys Keys) *Store {
-	return &Store{c: c, k: keys, gen: new(generation)}
+	return &Store{c: c, k: keys, gen: new(generation), types: new(typeCodes)}
 }
 
 // Alarm returns the store of the alarm's repeat timers: the same client
 // under the key layout Keys.Alarm, a queue with its own topology and
 // leases.
-func (s *Store) Alarm() *Store { return &Store{c: s.c, k: s.k.Alarm(), gen: s.gen} }
+func (s *Store) Alarm() *Store {
+	return &Store{c: s.c, k: s.k.Alarm(), gen: s.gen, types: new(typeCodes)}
+}
