@@ -143,9 +143,18 @@ func (g *Guard) Establish(ctx context.Context) error {
 // install creates the generation of a new installation (or of one from
 // before generations: its topology stays as it is).
 func (g *Guard) install(ctx context.Context, now int64) error {
+	_, upgrade, err := g.o.Store.TopologyIfAny(ctx)
+	if err != nil {
+		return err
+	}
 	t, err := g.o.Store.InitTopology(ctx, g.o.Initial)
 	if err != nil {
 		return err
+	}
+	if upgrade {
+		if err := g.backfill(ctx, t); err != nil {
+			return err
+		}
 	}
 	id, err := g.o.Store.CreateGeneration(ctx, newID(), now)
 	if err != nil {
@@ -369,3 +378,37 @@ func newID() string {
 }
 
 var errNoRegistry = errors.New("no durable registry (NATS core mode): devices only Redis knew of are not watched again")
+
+// backfill fills the durable registry with every device Redis knows, for
+// an installation from before it.
+func (g *Guard) backfill(ctx context.Context, t shard.Topology) error {
+	known, err := g.o.Store.KnownDevices(ctx, t)
+	if err != nil {
+		return fmt.Errorf("guard: upgrade: %w", err)
+	}
+	if g.o.Registry == nil {
+		return nil
+	}
+	recs := make([]dispatch.DeviceRecord, 0, len(known))
+	for _, k := range known {
+		recs = append(recs, dispatch.DeviceRecord{ID: k.ID, Type: k.Type, Threshold: k.Threshold.Milliseconds(),
+			LostDeadline: k.LostDeadline, LostAt: k.LostAt, Alarm: k.Alarm})
+	}
+	fill := func(r *dispatch.DeviceRecord, exists bool) (bool, bool) {
+		k := known[r.ID]
+		if exists || k == nil {
+			return false, false
+		}
+		r.Type, r.Threshold, r.LostDeadline, r.LostAt, r.Alarm = k.Type, k.Threshold.Milliseconds(), k.LostDeadline, k.LostAt, k.Alarm
+		return true, false
+	}
+	for lo := 0; lo < len(recs); lo += restoreBatch {
+		for j, err := range g.o.Registry.Add(ctx, recs[lo:min(lo+restoreBatch, len(recs))], fill) {
+			if err != nil {
+				return fmt.Errorf("guard: upgrade: record %s in the registry: %w", recs[lo+j].ID, err)
+			}
+		}
+	}
+	g.o.Log.Info("installation from before the durable registry: every device Redis knows is recorded in it", "devices", len(recs))
+	return nil
+}

@@ -58,6 +58,13 @@ const stateScanParts = 128
 // on the caller's goroutine. A state that changes during the scan may be
 // seen once, twice or not at all, as with HSCAN.
 func (s *Store) ScanStates(ctx context.Context, fn func(id, state string)) error {
+	return s.scanParts(ctx, stateName, fn)
+}
+
+// scanParts calls fn with every field and value of the partition HASH named
+// name, in every partition, each round trip scanning up to stateScanParts
+// partitions at once.
+func (s *Store) scanParts(ctx context.Context, name string, fn func(field, value string)) error {
 	for lo := 0; lo < registryParts; lo += stateScanParts {
 		cursors := make(map[int]uint64)
 		for p := lo; p < min(lo+stateScanParts, registryParts); p++ {
@@ -68,12 +75,12 @@ func (s *Store) ScanStates(ctx context.Context, fn func(id, state string)) error
 			cmds := make(rueidis.Commands, 0, len(cursors))
 			for p, cur := range cursors {
 				parts = append(parts, p)
-				cmds = append(cmds, s.c.B().Hscan().Key(s.k.partKeyAt(p, stateName)).Cursor(cur).Count(1000).Build())
+				cmds = append(cmds, s.c.B().Hscan().Key(s.k.partKeyAt(p, name)).Cursor(cur).Count(1000).Build())
 			}
 			for j, r := range s.c.DoMulti(ctx, cmds...) {
 				e, err := r.AsScanEntry()
 				if err != nil {
-					return fmt.Errorf("shard: scan states: %w", err)
+					return fmt.Errorf("shard: scan %s: %w", name, err)
 				}
 				// The reply alternates field and value.
 				for k := 0; k+1 < len(e.Elements); k += 2 {
