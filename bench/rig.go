@@ -65,14 +65,13 @@ func (r *runner) startScanner(ctx context.Context, standIn bool) (*scanRig, erro
 	if err != nil {
 		return nil, err
 	}
-	// The scanner keeps losses in the durable registry, as `sigwatch run`
-	// has it do.
+	// The durable registry, as `sigwatch run` has it.
 	reg, err := pub.OpenRegistry(ctx)
 	if err != nil {
 		rc.Close()
 		return nil, err
 	}
-	sc, err := scanner.New(scanner.Options{Replica: fmt.Sprintf("bench-%d", time.Now().UnixNano()), Thresholds: thr, Registry: reg},
+	sc, err := scanner.New(scanner.Options{Replica: fmt.Sprintf("bench-%d", time.Now().UnixNano()), Thresholds: thr},
 		shard.NewStore(rc, shard.NewKeys("sw")), topo, pub, prometheus.NewRegistry(), nil)
 	if err != nil {
 		rc.Close()

@@ -46,7 +46,11 @@ type Options struct {
 	// Initial is the shard count of a new installation.
 	Initial int
 	// Interval is how often the generation is checked (default 200ms).
-	Interval   time.Duration
+	Interval time.Duration
+	// Checkpoint is how often one process copies the lost marks into the
+	// registry (default 5m). A restore lays the event stream's losses
+	// since over that copy, so the stream must keep events longer.
+	Checkpoint time.Duration
 	Now        func() time.Time
 	Registerer prometheus.Registerer
 	Log        *slog.Logger
@@ -75,6 +79,9 @@ func New(o Options) *Guard {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Checkpoint <= 0 {
+		o.Checkpoint = DefaultCheckpoint
 	}
 	g := &Guard{o: o, m: newMetrics(o.Registerer), reported: make(chan string, 1)}
 	none := ""
@@ -189,6 +196,8 @@ func (g *Guard) adopt(rec shard.GenRecord) {
 func (g *Guard) Run(ctx context.Context) error {
 	t := time.NewTicker(g.o.Interval)
 	defer t.Stop()
+	cp := time.NewTicker(g.o.Checkpoint)
+	defer cp.Stop()
 	for {
 		var why string
 		select {
@@ -196,6 +205,11 @@ func (g *Guard) Run(ctx context.Context) error {
 			return nil
 		case why = <-g.reported:
 		case <-t.C:
+		case <-cp.C:
+			if err := g.checkpoint(ctx); err != nil && ctx.Err() == nil {
+				g.o.Log.Warn("lost marks not copied into the registry; the event stream still has them", "err", err)
+			}
+			continue
 		}
 		if w := g.check(ctx); w != "" {
 			why = w
@@ -411,4 +425,73 @@ func (g *Guard) backfill(ctx context.Context, t shard.Topology) error {
 	}
 	g.o.Log.Info("installation from before the durable registry: every device Redis knows is recorded in it", "devices", len(recs))
 	return nil
+}
+
+// DefaultCheckpoint is how often the lost marks are copied into the
+// registry.
+const DefaultCheckpoint = 5 * time.Minute
+
+// checkpoint copies the lost marks Redis holds into the registry, where
+// they differ, unless another process did within the interval. Losses
+// are not written to the registry as they happen (a burst of them would
+// double the cost of firing); their events are in the stream, which a
+// restore reads over this copy.
+func (g *Guard) checkpoint(ctx context.Context) error {
+	if g.o.Registry == nil {
+		return nil
+	}
+	if ok, err := g.o.Store.LockCheckpoint(ctx, newID(), g.o.Checkpoint); err != nil || !ok {
+		return err
+	}
+	// Only marks read from whole data are copied: Redis answered as the
+	// generation in force before and after the read.
+	if err := g.whole(ctx); err != nil {
+		return err
+	}
+	marks := map[string][2]int64{}
+	err := g.o.Store.AllLostMarks(ctx, func(id string, dl, at int64) { marks[id] = [2]int64{dl, at} })
+	if err != nil {
+		return err
+	}
+	if err := g.whole(ctx); err != nil {
+		return err
+	}
+	var ids []string
+	err = g.o.Registry.Each(ctx, func(r dispatch.DeviceRecord) error {
+		if m := marks[r.ID]; r.LostDeadline != m[0] {
+			ids = append(ids, r.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for j, err := range g.o.Registry.Update(ctx, ids, func(r *dispatch.DeviceRecord, exists bool) (bool, bool) {
+		m := marks[r.ID]
+		if !exists || r.LostDeadline == m[0] {
+			return false, false
+		}
+		r.LostDeadline, r.LostAt = m[0], m[1]
+		return true, false
+	}) {
+		if err != nil {
+			return fmt.Errorf("record %s: %w", ids[j], err)
+		}
+	}
+	g.m.checkpoints.Inc()
+	return nil
+}
+
+// whole says whether Redis holds the data of the generation in force, as
+// far as can be seen: the process is ready, the generation record is
+// there and has not gone back, and every shard is vetted.
+func (g *Guard) whole(ctx context.Context) error {
+	if ok, why := g.Ready(); !ok {
+		return errors.New(why)
+	}
+	if why := g.check(ctx); why != "" {
+		g.report(why)
+		return errors.New(why)
+	}
+	return g.o.Store.Vetted(ctx, g.o.Topo.Current().Shards)
 }

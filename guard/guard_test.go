@@ -46,7 +46,7 @@ func newRig(t *testing.T) *rig {
 
 func (r *rig) guard(t *testing.T) *guard.Guard {
 	r.g = guard.New(guard.Options{Store: r.store, Registry: r.reg, Pub: r.pub, Thresholds: r.thr, Initial: 4,
-		Log: slog.New(slog.DiscardHandler)})
+		Checkpoint: 200 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
 	if err := r.g.Establish(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +88,10 @@ func TestRestoreFromRegistryAndStream(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+	// Redis holds the mark the registry has (a checkpoint copies it).
+	if err := r.store.MarkLost(ctx, "lost-in-registry", 1000, 1001); err != nil {
+		t.Fatal(err)
 	}
 	// The stream has a loss the registry has not caught up with, and a
 	// loss followed by its recovery.
@@ -225,4 +229,34 @@ func TestUpgradeFillsRegistry(t *testing.T) {
 	if err != nil || types[0] != "meter" || types[1] != "" {
 		t.Fatalf("types after the upgrade: %q, %v", types, err)
 	}
+}
+
+// TestCheckpointCopiesLostMarks: the lost marks Redis holds reach the
+// registry at the next checkpoint, and a cleared mark is cleared there.
+func TestCheckpointCopiesLostMarks(t *testing.T) {
+	r := newRig(t)
+	ctx := t.Context()
+	g := r.guard(t)
+	for _, err := range r.reg.Add(ctx, []dispatch.DeviceRecord{{ID: "a"}, {ID: "b", LostDeadline: 7, LostAt: 8}}, keep) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.store.MarkLost(ctx, "a", 1000, 1001); err != nil {
+		t.Fatal(err)
+	}
+	gctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	w, err := shard.NewWatcher(ctx, r.store, 4, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Watch(w, nil)
+	go func() { done <- g.Run(gctx) }()
+	defer func() { stop(); <-done }()
+	testenv.WaitFor(t, 10*time.Second, "the registry holding Redis's lost marks", func() bool {
+		a, _, err1 := r.reg.Get(ctx, "a")
+		b, _, err2 := r.reg.Get(ctx, "b")
+		return err1 == nil && err2 == nil && a.LostDeadline == 1000 && a.LostAt == 1001 && b.LostDeadline == 0
+	})
 }

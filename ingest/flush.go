@@ -219,12 +219,12 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
 	return ok
 }
 
-// remember writes the devices of a flush that were absent into the
-// durable registry. A device not back from being lost is written before
-// its signals are acked, retrying until that succeeds or ingest stops, so a
-// Redis that loses it does not make sigwatch forget it; a new device costs
-// one asynchronous publish. A recovery is queued: its event is in the
-// stream, where a restore reads it.
+// remember writes the devices of a flush that were absent, and not back
+// from being lost, into the durable registry before their signals are
+// acked, retrying until that succeeds or ingest stops: a Redis that loses
+// them does not make sigwatch forget them. A new device costs one
+// asynchronous publish. A recovery's event is in the stream, where a
+// restore reads it; the registry's copy catches up at its next checkpoint.
 func (p *pipeline) remember(ctx context.Context, latest map[string]signal, back []dispatch.Recovered) bool {
 	reg := p.opts.Registry
 	if reg == nil || len(latest) == 0 {
@@ -239,9 +239,6 @@ func (p *pipeline) remember(ctx context.Context, latest map[string]signal, back 
 		if t := latest[r.ID].typ; t != "" && t != r.Type {
 			r.Type, keep = t, true
 		}
-		if d, ok := cleared[r.ID]; ok && r.LostDeadline != 0 && r.LostDeadline <= d {
-			r.LostDeadline, r.LostAt, keep = 0, 0, true
-		}
 		return keep, false
 	}
 	var recs []dispatch.DeviceRecord
@@ -249,7 +246,6 @@ func (p *pipeline) remember(ctx context.Context, latest map[string]signal, back 
 		switch {
 		case s.id == "":
 		case cleared[id] != 0:
-			reg.Later(ctx, id, merge)
 		default:
 			recs = append(recs, dispatch.DeviceRecord{ID: id, Type: s.typ})
 		}

@@ -23,7 +23,6 @@ type lost struct {
 	store   *shard.Store
 	pub     *dispatch.Publisher
 	thr     *shard.Thresholds
-	reg     *dispatch.Registry // nil: none
 	m       *metrics
 	log     *slog.Logger
 	replica string
@@ -171,7 +170,6 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 	// Not removed: the entries are claimed and published again (by this
 	// owner or the next); a mark left by a failed undo is written again then.
 	h.undo(ctx, unpublished, firedAt, replaced)
-	h.remember(ctx, handled, firedAt)
 	return handled, moves, err
 }
 
@@ -191,24 +189,6 @@ func (h *lost) undo(ctx context.Context, es []shard.Entry, firedAt int64, replac
 		if err != nil {
 			h.log.Warn("lost mark of an unpublished event not undone", "device", es[j].ID, "err", err)
 		}
-	}
-}
-
-// remember queues the devices published lost into the durable registry.
-// Their events are in the stream already, which a restore reads first, so
-// the registry may catch up in the background.
-func (h *lost) remember(ctx context.Context, es []shard.Entry, firedAt int64) {
-	if h.reg == nil {
-		return
-	}
-	for _, e := range es {
-		h.reg.Later(ctx, e.ID, func(r *dispatch.DeviceRecord, exists bool) (bool, bool) {
-			if !exists || r.LostDeadline >= e.Deadline {
-				return false, false
-			}
-			r.LostDeadline, r.LostAt = e.Deadline, firedAt
-			return true, false
-		})
 	}
 }
 
@@ -259,15 +239,6 @@ func (h *lost) Revived(ctx context.Context, fired, revived shard.Entry) error {
 	})
 	if err != nil || !cleared {
 		return err // !cleared: ingest saw the device come back and announced it.
-	}
-	if h.reg != nil {
-		h.reg.Later(ctx, id, func(r *dispatch.DeviceRecord, _ bool) (bool, bool) {
-			if r.LostDeadline == 0 || r.LostDeadline > fired.Deadline {
-				return false, false
-			}
-			r.LostDeadline, r.LostAt = 0, 0
-			return true, false
-		})
 	}
 	ev := dispatch.Recovered{
 		ID:          dispatch.RecoveredID(id, fired.Deadline),

@@ -35,9 +35,6 @@ type Options struct {
 	// Thresholds gives each device's threshold, to compute last_seen and
 	// apply the outage rule. Required.
 	Thresholds *shard.Thresholds
-	// Registry is the durable device registry: a device is recorded lost
-	// there before it is marked and published (nil: none).
-	Registry *dispatch.Registry
 	// Now is the clock, default time.Now.
 	Now func() time.Time
 	// DrainCheck is the period of the drain duties while a doubling drains
@@ -79,7 +76,7 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Pu
 	if err != nil {
 		return nil, err
 	}
-	h := &lost{store: store, pub: pub, thr: opts.Thresholds, reg: opts.Registry, m: m,
+	h := &lost{store: store, pub: pub, thr: opts.Thresholds, m: m,
 		log: cmp.Or(log, slog.New(slog.DiscardHandler)), replica: opts.Replica}
 	s := &Scanner{opts: opts, m: m, h: h}
 	s.eng, err = queue.New(queue.Options{

@@ -192,12 +192,22 @@ func (s *Store) vetNew(ctx context.Context, n int) error {
 // LockRestore takes the restore lock for ttl with token; ok is false when
 // another process holds it.
 func (s *Store) LockRestore(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	err := s.c.Do(ctx, s.c.B().Set().Key(s.k.RestoreLock()).Value(token).Nx().Px(ttl).Build()).Error()
+	return s.lock(ctx, s.k.RestoreLock(), token, ttl)
+}
+
+// LockCheckpoint takes the checkpoint lock for ttl; ok is false when
+// another process took it less than ttl ago.
+func (s *Store) LockCheckpoint(ctx context.Context, token string, ttl time.Duration) (bool, error) {
+	return s.lock(ctx, s.k.CheckpointLock(), token, ttl)
+}
+
+func (s *Store) lock(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	err := s.c.Do(ctx, s.c.B().Set().Key(key).Value(token).Nx().Px(ttl).Build()).Error()
 	if rueidis.IsRedisNil(err) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("shard: restore lock: %w", err)
+		return false, fmt.Errorf("shard: lock %s: %w", key, err)
 	}
 	return true, nil
 }

@@ -59,6 +59,10 @@ func (k Keys) Generation() string { return k.meta("generation") }
 // RestoreLock is held by the process restoring Redis after a loss.
 func (k Keys) RestoreLock() string { return k.meta("restore") }
 
+// CheckpointLock is held by the process that last copied the lost marks
+// into the durable registry, for one checkpoint interval.
+func (k Keys) CheckpointLock() string { return k.meta("checkpoint") }
+
 // Watermark is the time up to which ingest is known to have been consuming.
 func (k Keys) Watermark() string { return k.meta("watermark") }
 

@@ -384,3 +384,12 @@ func (s *Store) Forget(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// AllLostMarks calls fn with every lost mark, partition by partition.
+func (s *Store) AllLostMarks(ctx context.Context, fn func(id string, deadline, at int64)) error {
+	return s.scanParts(ctx, "lost", func(id, v string) {
+		if dl, at, err := parseLostMark(v); err == nil {
+			fn(id, dl, at)
+		}
+	})
+}

@@ -75,7 +75,10 @@ func (s *Store) scanParts(ctx context.Context, name string, fn func(field, value
 			cmds := make(rueidis.Commands, 0, len(cursors))
 			for p, cur := range cursors {
 				parts = append(parts, p)
-				cmds = append(cmds, s.c.B().Hscan().Key(s.k.partKeyAt(p, name)).Cursor(cur).Count(1000).Build())
+				// Pinned: rueidis retries a read-only command on a lost
+				// connection and may recycle it while the dead
+				// connection's writer still reads it.
+				cmds = append(cmds, s.c.B().Hscan().Key(s.k.partKeyAt(p, name)).Cursor(cur).Count(1000).Build().Pin())
 			}
 			for j, r := range s.c.DoMulti(ctx, cmds...) {
 				e, err := r.AsScanEntry()

@@ -67,11 +67,9 @@ func (s *Store) KnownDevices(ctx context.Context, t Topology) (map[string]*Known
 	if err != nil {
 		return nil, err
 	}
-	err = s.scanParts(ctx, "lost", func(id, v string) {
-		if dl, at, err := parseLostMark(v); err == nil {
-			k := get(id)
-			k.LostDeadline, k.LostAt = dl, at
-		}
+	err = s.AllLostMarks(ctx, func(id string, dl, at int64) {
+		k := get(id)
+		k.LostDeadline, k.LostAt = dl, at
 	})
 	if err != nil {
 		return nil, err
