@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sigwatch/sigwatch/dispatch"
@@ -135,6 +136,79 @@ func TestNATSClusterFailover(t *testing.T) {
 	if n := strings.Count(string(b), "shard fenced out"); n != 0 {
 		t.Errorf("the only sigwatch process logged %d shards fenced out, want 0", n)
 	}
+}
+
+// TestNATSClusterFrozenNode freezes (SIGSTOP) the node sigwatch is connected to while devices
+// go silent, as a hung machine or a partition would: the connection stays open and nothing
+// answers on it, so only sigwatch's own pings can tell. sigwatch must move to a live node within
+// seconds, and the events of the devices silenced meanwhile must be stored while the node is
+// still frozen; after it resumes, every silenced device is lost exactly once, none early, and
+// no live device is lost.
+func TestNATSClusterFrozenNode(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Mosquitto: true})
+	cluster := natsCluster(t)
+	env.NATS = &servers.NATS{URL: cluster.URL()}
+	const (
+		threshold = 2 * time.Second
+		stream    = "SIGWATCH"
+	)
+	startProc(t, env, "sigwatch", "SIGWATCH_THRESHOLDS_DEFAULT="+threshold.String(),
+		"SIGWATCH_NATS_REPLICAS=3", "SIGWATCH_LOG_LEVEL=info")
+	l := watchLost(t, env)
+	// The test's own connection notices a frozen node quickly too.
+	js, err := jetstream.New(env.Conn(t, nats.PingInterval(500*time.Millisecond), nats.MaxPingsOutstanding(2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReplicas(t, js, stream, 3)
+	d := startDevices(t, env.Mosquitto.URL, 300, 300*time.Millisecond)
+	time.Sleep(3 * time.Second)
+
+	next := 0
+	silence := func(span time.Duration) {
+		for end := time.Now().Add(span); time.Now().Before(end); next++ {
+			d.silence(d.ids[next])
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	silence(threshold + 500*time.Millisecond)
+	var frozen int
+	testenv.WaitFor(t, 10*time.Second, "sigwatch connected", func() bool {
+		frozen, err = cluster.ConnectedNode("sigwatch")
+		return err == nil && frozen >= 0
+	})
+	lead, _ := cluster.StreamLeader(stream)
+	if err := cluster.Pause(frozen); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			if err := cluster.Resume(frozen); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(resume)
+	silence(1500 * time.Millisecond)
+	testenv.WaitFor(t, 20*time.Second, "sigwatch connected to a live node", func() bool {
+		// The frozen node's monitor does not answer; any other node that has sigwatch says so.
+		i, _ := cluster.ConnectedNode("sigwatch")
+		return i >= 0 && i != frozen
+	})
+	t.Logf("froze %s (sigwatch's node; stream leader %s): sigwatch on a live node %v later",
+		cluster.Name(frozen), cluster.Name(max(lead, 0)), time.Since(paused).Round(time.Millisecond))
+	testenv.WaitFor(t, 20*time.Second, "lost events stored for the devices silenced so far", func() bool {
+		return lostStored(js, stream) >= next
+	})
+	t.Logf("%d lost events stored %v after the freeze, the node still frozen", next, time.Since(paused).Round(time.Millisecond))
+	resume()
+
+	waitAllLost(t, l, d, 30*time.Second)
+	neverLiveLost(t, l, d, threshold)
+	checkExactlySilenced(t, l, d, threshold)
 }
 
 // natsCluster starts a three-node NATS cluster for t, stopped when t ends; a failed test shows

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -217,6 +218,13 @@ func (c *NATSCluster) Restart(i int) error {
 	}
 	return nil
 }
+
+// Pause freezes node i (SIGSTOP), as a hung machine or a network partition would: its
+// connections stay open and nothing answers on them. Resume lets it go on (SIGCONT).
+func (c *NATSCluster) Pause(i int) error { return c.nodes[i].signal(syscall.SIGSTOP) }
+
+// Resume continues a paused node.
+func (c *NATSCluster) Resume(i int) error { return c.nodes[i].signal(syscall.SIGCONT) }
 
 // Stop stops every node (SIGTERM, then SIGKILL after 5s), in parallel.
 func (c *NATSCluster) Stop() {
