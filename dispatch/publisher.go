@@ -187,8 +187,7 @@ func (p *Publisher) publish(ctx context.Context, fence Fence, msgs []Message) (e
 	// A replicated stream checks one fence of a subject at a time and
 	// refuses the other messages of the batch in flight with it: those go
 	// out again one after another, until each is stored or refused for
-	// good.
-	// Once ctx is done, what is left keeps its error and is not sent.
+	// good. Once ctx is done, what is left keeps its error and is not sent.
 	busy := p.publishAsync(ctx, fence, msgs, all, errs)
 	for len(busy) > 0 && ctx.Err() == nil {
 		if again := p.publishAsync(ctx, fence, msgs, busy[:1], errs); len(again) == 0 {
