@@ -61,6 +61,10 @@ type Options struct {
 	Log        *slog.Logger          `yaml:"-"` // where changes to the stream are told
 }
 
+// stalePing is how often the connection pings its server: two pings
+// unanswered mark it stale, so a silent server is left after 4 to 6s.
+const stalePing = 2 * time.Second
+
 // DefaultMaxAge is how long the stream keeps events by default: long
 // enough for a consumer down over a long weekend to catch up, bounded so
 // that the stream does not grow for ever.
@@ -131,10 +135,16 @@ func Dial(ctx context.Context, c Config, log *slog.Logger) (*Publisher, error) {
 	return p, nil
 }
 
-// connect opens the NATS connection of c. It reconnects for ever.
+// connect opens the NATS connection of c, to any of the servers its URL
+// lists (comma-separated). It reconnects for ever, to any server of the
+// list or of the cluster, 250ms apart per server.
 func connect(c Config, log *slog.Logger) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name("sigwatch"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		// A server that hangs or is cut off keeps the connection open and
+		// silent; missed pongs, not TCP, tell within a few seconds, and the
+		// connection moves to another server.
+		nats.PingInterval(stalePing), nats.MaxPingsOutstanding(2),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", "err", err)

@@ -11,7 +11,9 @@
 //     option.
 //   - fence.go: shard fences in the stream (invariant 11): an owner's
 //     fence message, publishes the stream stores only under the latest
-//     fence, and the look-up of events an earlier owner stored.
+//     fence, and the look-up of events an earlier owner stored. A
+//     replicated stream checks one fence of a subject at a time: what it
+//     refuses as busy is no fence and goes out again.
 //   - types.go: the bound on device types that get a subject token of
 //     their own (nats.max_types).
 //   - registry.go: the durable device registry (invariant 10), a KV bucket

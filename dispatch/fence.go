@@ -94,14 +94,22 @@ func (f Fence) apply(m *nats.Msg) {
 	m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, f.Subject)
 }
 
-// isFenced reports whether err is the stream's refusal of a fenced publish.
+// isFenced reports whether err is the stream's refusal of a fenced publish:
+// the fence subject's last message is not the fence (10071, "wrong last
+// sequence: <seq>").
 func isFenced(err error) bool {
 	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// isFenceBusy reports whether err is a replicated stream's refusal to check
+// a fence while another message checking the same fence subject is being
+// replicated (10164, "wrong last sequence" without a sequence). The fence
+// was not checked and nothing was stored: the message may go out again.
+// A single-server stream checks fences one after another and never says so.
+func isFenceBusy(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
 
 // Duplicates returns the stream's de-duplication window (nats.duplicates).

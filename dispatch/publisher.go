@@ -37,7 +37,12 @@ func New(ctx context.Context, nc *nats.Conn, opts Options) (*Publisher, error) {
 	default:
 		return nil, fmt.Errorf("dispatch: unknown mode %q: use %q or %q", opts.Mode, JetStream, Core)
 	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(opts.MaxPending))
+	// A publish whose acknowledgement never comes (the stream leader died
+	// with it, while this connection stayed up) gives its slot of
+	// MaxPending back after AckWait; otherwise failovers would use the
+	// slots up one by one until every publish stalls.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(opts.MaxPending),
+		jetstream.WithPublishAsyncTimeout(opts.AckWait))
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: jetstream: %w", err)
 	}
@@ -175,8 +180,50 @@ func (p *Publisher) publish(ctx context.Context, fence Fence, msgs []Message) (e
 		}
 		return errs
 	}
-	futures := make([]jetstream.PubAckFuture, len(msgs))
-	for i, m := range msgs {
+	all := make([]int, len(msgs))
+	for i := range all {
+		all[i] = i
+	}
+	// A replicated stream checks one fence of a subject at a time and
+	// refuses the other messages of the batch in flight with it: those go
+	// out again one after another, until each is stored or refused for
+	// good. Once ctx is done, what is left keeps its error and is not sent.
+	busy := p.publishAsync(ctx, fence, msgs, all, errs)
+	for len(busy) > 0 && ctx.Err() == nil {
+		if again := p.publishAsync(ctx, fence, msgs, busy[:1], errs); len(again) == 0 {
+			busy = busy[1:]
+		} else {
+			// The message in flight is slow to settle (an election, say).
+			sleep(ctx, fenceBusyWait)
+		}
+	}
+	return errs
+}
+
+// fenceBusyWait is the pause before a fenced message is sent again after
+// a refusal that came while nothing else of its batch was in flight, so
+// that a stream that cannot settle the message in flight is not asked
+// again at once.
+const fenceBusyWait = 20 * time.Millisecond
+
+// sleep waits for d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// publishAsync publishes msgs[i] for each i of todo, waits for their
+// acknowledgements and sets errs[i]. It returns the indexes of those the
+// stream refused only because another message checking the same fence was
+// in flight, while ctx allows another try.
+func (p *Publisher) publishAsync(ctx context.Context, fence Fence, msgs []Message, todo []int, errs []error) (again []int) {
+	futures := make([]jetstream.PubAckFuture, len(todo))
+	for k, i := range todo {
+		m := msgs[i]
 		nm := nats.NewMsg(m.Subject)
 		nm.Data = m.Body
 		fence.apply(nm)
@@ -185,16 +232,20 @@ func (p *Publisher) publish(ctx context.Context, fence Fence, msgs []Message) (e
 			errs[i] = fmt.Errorf("dispatch: publish %s: %w", m.Subject, err)
 			continue
 		}
-		futures[i] = f
+		futures[k] = f
 	}
-	for i, f := range futures {
+	for k, f := range futures {
 		if f == nil {
 			continue
 		}
+		i := todo[k]
 		select {
 		case <-f.Ok():
+			errs[i] = nil
 		case err := <-f.Err():
-			if isFenced(err) {
+			if isFenceBusy(err) && ctx.Err() == nil {
+				again = append(again, i)
+			} else if isFenced(err) {
 				err = fmt.Errorf("%w (%v)", ErrFenced, err)
 			}
 			errs[i] = fmt.Errorf("dispatch: publish %s: %w", msgs[i].Subject, err)
@@ -202,5 +253,5 @@ func (p *Publisher) publish(ctx context.Context, fence Fence, msgs []Message) (e
 			errs[i] = fmt.Errorf("dispatch: publish %s: no ack: %w", msgs[i].Subject, ctx.Err())
 		}
 	}
-	return errs
+	return again
 }
