@@ -7,7 +7,7 @@ GO ?= go
 .PHONY: deps build vet lint test demo fuzz bench
 
 # deps installs the servers the tests, the demo and the benchmarks start: redis-server,
-# redis-cli and mosquitto (nats-server is embedded).
+# redis-cli, redis-sentinel and mosquitto (nats-server is embedded).
 deps:
 	@bash deploy/local/install.sh
 

@@ -19,6 +19,9 @@
 //   - registry.go: the durable device registry (invariant 10), a KV bucket
 //     beside the stream keyed by a hash of the device id, and the
 //     installation record.
+//   - registry_write.go: first sightings in one asynchronous publish each,
+//     changes written in the background (Later, Run), and the stream's
+//     losses a restore reads (Losses).
 //   - consume.go: a durable consumer of lost and recovered events shared by
 //     the replicas of a role (the alarm workers).
 package dispatch

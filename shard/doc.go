@@ -28,6 +28,12 @@
 //	status.go      one batched status read of every shard
 //	writer.go      Writer: placing under a lagging topology, epoch reports
 //	time.go        Redis server time, the one clock
+//	generation.go  the generation record, vetted shards, ErrDataLoss, the
+//	               restore and checkpoint locks
+//	restore.go     the writes of a restore after Redis lost data
+//	typecodes.go   device types stored as small codes
+//	upgrade.go     every device an installation from before the durable
+//	               registry knows
 //
 // Each Lua script is a package-level value directly above the one method
 // that runs it, with a header saying what each KEYS[n] and ARGV[n] is and
