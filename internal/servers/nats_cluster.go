@@ -315,7 +315,7 @@ func natsdBinary() (string, error) {
 func buildNATSD() (string, error) {
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		gobin = "/usr/local/go/bin/go" // where the Makefile expects Go
 	}
 	dir := filepath.Join(os.TempDir(), fmt.Sprintf("sigwatch-natsd-%d", os.Getuid()))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
