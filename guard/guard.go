@@ -254,8 +254,10 @@ func (g *Guard) check(ctx context.Context) string {
 // under a generation another process has since replaced is refused
 // without any loss being left to handle.
 func (g *Guard) stillLost(ctx context.Context) bool {
-	n := g.o.Topo.Current().Shards
-	return g.o.Store.Vetted(ctx, n) != nil
+	if g.o.Store.Vetted(ctx, g.o.Topo.Current().Shards) != nil {
+		return true
+	}
+	return g.o.Alarm != nil && g.o.AlarmTopo != nil && g.o.Alarm.Vetted(ctx, g.o.AlarmTopo.Current().Shards) != nil
 }
 
 // lossStart is when the data was last known whole.

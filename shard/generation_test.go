@@ -177,3 +177,26 @@ func TestDoublingVetsNewShards(t *testing.T) {
 		t.Fatalf("new shards not vetted: %v", err)
 	}
 }
+
+// TestAlarmQueueDoublingVetsNewShards: the alarm's repeat queue shares the
+// installation's generation, so its doubling vets its new shards too.
+func TestAlarmQueueDoublingVetsNewShards(t *testing.T) {
+	ctx, s := newStore(t)
+	a := s.Alarm()
+	if _, err := a.InitTopology(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateGeneration(ctx, "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Vet(ctx, 2, "g"); err != nil {
+		t.Fatal(err)
+	}
+	s.SetGeneration("g")
+	if _, err := a.Double(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Vetted(ctx, 4); err != nil {
+		t.Fatalf("the alarm queue's new shards are not vetted: %v", err)
+	}
+}

@@ -8,14 +8,20 @@ const registryParts = 1024
 
 // Keys builds every Redis key name sigwatch uses. No key is assembled
 // anywhere else.
-type Keys struct{ prefix string }
+type Keys struct {
+	prefix string
+	// root is the prefix of the installation's shared records (the
+	// generation, the restore and checkpoint locks): the alarm's queue has
+	// a prefix of its own but shares them.
+	root string
+}
 
 // NewKeys returns the key layout under prefix (default "sw").
 func NewKeys(prefix string) Keys {
 	if prefix == "" {
 		prefix = "sw"
 	}
-	return Keys{prefix: prefix}
+	return Keys{prefix: prefix, root: prefix}
 }
 
 // Prefix returns the configured key prefix.
@@ -25,7 +31,7 @@ func (k Keys) Prefix() string { return k.prefix }
 // sharded delay queue under prefix ":alarm", with its own topology, leases
 // and scanners, so that the alarm role scans it independently of the
 // deadline scanners.
-func (k Keys) Alarm() Keys { return NewKeys(k.prefix + ":alarm") }
+func (k Keys) Alarm() Keys { return Keys{prefix: k.prefix + ":alarm", root: k.root} }
 
 func (k Keys) shardKey(i int, name string) string {
 	return k.prefix + ":{" + strconv.Itoa(i) + "}:" + name
@@ -53,15 +59,15 @@ func (k Keys) meta(name string) string { return k.prefix + ":{meta}:" + name }
 func (k Keys) Topology() string { return k.meta("topology") }
 
 // Generation is the HASH naming the generation of the data in force (id,
-// seq, at): see generation.go.
-func (k Keys) Generation() string { return k.meta("generation") }
+// seq, at): see generation.go. One for the installation.
+func (k Keys) Generation() string { return k.root + ":{meta}:generation" }
 
 // RestoreLock is held by the process restoring Redis after a loss.
-func (k Keys) RestoreLock() string { return k.meta("restore") }
+func (k Keys) RestoreLock() string { return k.root + ":{meta}:restore" }
 
 // CheckpointLock is held by the process that last copied the lost marks
 // into the durable registry, for one checkpoint interval.
-func (k Keys) CheckpointLock() string { return k.meta("checkpoint") }
+func (k Keys) CheckpointLock() string { return k.root + ":{meta}:checkpoint" }
 
 // Watermark is the time up to which ingest is known to have been consuming.
 func (k Keys) Watermark() string { return k.meta("watermark") }
