@@ -65,7 +65,7 @@ func (g *Guard) restore(ctx context.Context, why string, since int64, token stri
 	if g.o.Registry != nil {
 		// The stream's recent losses and recoveries come first: the
 		// registry catches up with them in the background.
-		hist, err := history(ctx, g.o.Pub)
+		hist, err := history(ctx, g.o.Pub, keep)
 		if err != nil {
 			return err
 		}
@@ -290,10 +290,17 @@ type loss struct {
 // losses is the stream's history of losses, by device.
 type losses map[string]*loss
 
-// history reads every lost and recovered event the stream holds.
-func history(ctx context.Context, pub *dispatch.Publisher) (losses, error) {
+// history reads every lost and recovered event the stream holds, calling
+// keep every 10,000 events.
+func history(ctx context.Context, pub *dispatch.Publisher, keep func() error) (losses, error) {
 	h := losses{}
+	n := 0
 	err := pub.Losses(ctx, func(l *dispatch.Lost, r *dispatch.Recovered) error {
+		if n++; n%10_000 == 0 {
+			if err := keep(); err != nil {
+				return err
+			}
+		}
 		id := ""
 		if l != nil {
 			id = l.Device
