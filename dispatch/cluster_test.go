@@ -16,24 +16,6 @@ import (
 	"github.com/sigwatch/sigwatch/internal/testenv"
 )
 
-// natsCluster starts a three-node NATS cluster for t, stopped when t ends.
-func natsCluster(t *testing.T) *servers.NATSCluster {
-	t.Helper()
-	c, err := servers.StartNATSCluster(t.TempDir(), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for i := range 3 {
-				t.Logf("end of nats node %s log:\n%s", c.Name(i), servers.LogTail(c.LogPath(i)))
-			}
-		}
-		c.Stop()
-	})
-	return c
-}
-
 // dialCluster opens a publisher on the nodes of c at urls, with the stream at three replicas,
 // as sigwatch does.
 func dialCluster(t *testing.T, urls []string, ackWait time.Duration) *Publisher {
@@ -64,7 +46,7 @@ func lostBatch(p *Publisher, from string, n int) []Message {
 // than wait: that is not a fence, and the sole owner of the shard must have its whole batch
 // stored, not be told it was fenced out.
 func TestFencedBatchOnReplicatedStream(t *testing.T) {
-	c := natsCluster(t)
+	c := testenv.NATSCluster(t)
 	p := dialCluster(t, c.URLs(), 5*time.Second)
 	ctx := context.Background()
 	f, err := p.Fence(ctx, "deadlines", 3, "a", 1)
@@ -108,7 +90,7 @@ func TestFencedBatchOnReplicatedStream(t *testing.T) {
 // message reported failed is published again, as the scanner does, until it is stored; nothing
 // is stored twice; and no publish is left waiting for an acknowledgement that will never come.
 func TestPublishAcrossLeaderKill(t *testing.T) {
-	c := natsCluster(t)
+	c := testenv.NATSCluster(t)
 	const ackWait = 2 * time.Second
 	dialCluster(t, c.URLs(), ackWait) // creates the stream
 	var (

@@ -122,14 +122,16 @@ func (r *Registry) Run(ctx context.Context) error {
 		}
 		pending, order = map[string][]UpdateFunc{}, nil
 	}
+	add := func(l later) {
+		if _, ok := pending[l.id]; !ok {
+			order = append(order, l.id)
+		}
+		pending[l.id] = append(pending[l.id], l.fn)
+	}
 	for {
 		select {
 		case l := <-r.later:
-			if _, ok := pending[l.id]; !ok {
-				order = append(order, l.id)
-			}
-			pending[l.id] = append(pending[l.id], l.fn)
-			if len(order) >= laterBatch {
+			if add(l); len(order) >= laterBatch {
 				flush(ctx)
 			}
 		case <-t.C:
@@ -138,10 +140,7 @@ func (r *Registry) Run(ctx context.Context) error {
 			for {
 				select {
 				case l := <-r.later:
-					if _, ok := pending[l.id]; !ok {
-						order = append(order, l.id)
-					}
-					pending[l.id] = append(pending[l.id], l.fn)
+					add(l)
 					continue
 				default:
 				}

@@ -27,7 +27,7 @@ import (
 // out of its own shards.
 func TestNATSClusterFailover(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Mosquitto: true})
-	cluster := natsCluster(t)
+	cluster := testenv.NATSCluster(t)
 	// sigwatch and the test's own clients reach NATS through every node's URL.
 	env.NATS = &servers.NATS{URL: cluster.URL()}
 	const (
@@ -146,7 +146,7 @@ func TestNATSClusterFailover(t *testing.T) {
 // no live device is lost.
 func TestNATSClusterFrozenNode(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Mosquitto: true})
-	cluster := natsCluster(t)
+	cluster := testenv.NATSCluster(t)
 	env.NATS = &servers.NATS{URL: cluster.URL()}
 	const (
 		threshold = 2 * time.Second
@@ -209,25 +209,6 @@ func TestNATSClusterFrozenNode(t *testing.T) {
 	waitAllLost(t, l, d, 30*time.Second)
 	neverLiveLost(t, l, d, threshold)
 	checkExactlySilenced(t, l, d, threshold)
-}
-
-// natsCluster starts a three-node NATS cluster for t, stopped when t ends; a failed test shows
-// the end of each node's log.
-func natsCluster(t *testing.T) *servers.NATSCluster {
-	t.Helper()
-	c, err := servers.StartNATSCluster(t.TempDir(), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for i := range 3 {
-				t.Logf("--- nats node %s log (tail) ---\n%s", c.Name(i), servers.LogTail(c.LogPath(i)))
-			}
-		}
-		c.Stop()
-	})
-	return c
 }
 
 // checkReplicas fails t unless stream has n replicas, as nats.replicas asked.

@@ -24,3 +24,20 @@ func RedisClusterWith(t testing.TB, opts servers.ClusterOptions) *servers.RedisC
 	})
 	return c
 }
+
+// NATSCluster starts a three-node NATS cluster (each node a child process, JetStream on), stopped
+// when the test ends; when the test failed, the end of every node's log is written first.
+func NATSCluster(t testing.TB) *servers.NATSCluster {
+	t.Helper()
+	c, err := servers.StartNATSCluster(t.TempDir(), 3)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(func() {
+		for i := range 3 {
+			logOnFailure(t, "nats node "+c.Name(i), c.LogPath(i))
+		}
+		c.Stop()
+	})
+	return c
+}
