@@ -3,10 +3,12 @@ package guard_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 
 	"github.com/sigwatch/sigwatch/dispatch"
@@ -26,6 +28,8 @@ type rig struct {
 	reg   *dispatch.Registry
 	thr   *shard.Thresholds
 	g     *guard.Guard
+
+	metrics *prometheus.Registry
 }
 
 func newRig(t *testing.T) *rig {
@@ -45,8 +49,9 @@ func newRig(t *testing.T) *rig {
 }
 
 func (r *rig) guard(t *testing.T) *guard.Guard {
+	r.metrics = prometheus.NewRegistry()
 	r.g = guard.New(guard.Options{Store: r.store, Registry: r.reg, Pub: r.pub, Thresholds: r.thr, Initial: 4,
-		Checkpoint: 200 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+		Checkpoint: 200 * time.Millisecond, Registerer: r.metrics, Log: slog.New(slog.DiscardHandler)})
 	if err := r.g.Establish(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -259,4 +264,61 @@ func TestCheckpointCopiesLostMarks(t *testing.T) {
 		b, _, err2 := r.reg.Get(ctx, "b")
 		return err1 == nil && err2 == nil && a.LostDeadline == 1000 && a.LostAt == 1001 && b.LostDeadline == 0
 	})
+}
+
+// TestNotReadyUntilRestored: from the moment a loss is seen until the data
+// is restored the process says it is not ready, and why; the loss is
+// counted and told on sigwatch.system.
+func TestNotReadyUntilRestored(t *testing.T) {
+	r := newRig(t)
+	ctx := t.Context()
+	system := testenv.RecordStream[dispatch.System](t, r.env.Conn(t), "SIGWATCH", "sigwatch.system")
+	g := r.guard(t)
+	w, err := shard.NewWatcher(ctx, r.store, 4, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Watch(w, nil)
+	gctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(gctx) }()
+	defer func() { stop(); <-done }()
+	if ok, why := g.Ready(); !ok {
+		t.Fatalf("not ready before any loss: %s", why)
+	}
+	r.empty(t)
+	// Another process holds the restore lock: this one waits, not ready.
+	if ok, err := r.store.LockRestore(ctx, "someone-else", time.Hour); !ok || err != nil {
+		t.Fatalf("lock: %v %v", ok, err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "not ready, saying why", func() bool {
+		ok, why := g.Ready()
+		return !ok && strings.Contains(why, "generation record is missing")
+	})
+	if n := counterValue(t, r.metrics, "sigwatch_redis_data_loss_total"); n != 1 {
+		t.Errorf("sigwatch_redis_data_loss_total %v, want 1", n)
+	}
+	if err := r.store.UnlockRestore(ctx, "someone-else"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "ready again", func() bool { ok, _ := g.Ready(); return ok })
+	system.WaitN(t, 10*time.Second, 2, "redis_data_loss and redis_restored", func(ev dispatch.System) bool {
+		return ev.Kind == "redis_data_loss" || ev.Kind == "redis_restored"
+	})
+}
+
+// counterValue reads the counter name from what reg gathers.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }
