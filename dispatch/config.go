@@ -35,7 +35,11 @@ type Config struct {
 	Password  string           `yaml:"password"`
 	Token     string           `yaml:"token"`
 	TLS       tlsconfig.Config `yaml:"tls"`
-	Options   `yaml:",inline"`
+	// PingInterval is how often the connection pings its server: two
+	// pings unanswered mark a hung or cut-off server stale, and the
+	// connection moves to another.
+	PingInterval time.Duration `yaml:"ping_interval"`
+	Options      `yaml:",inline"`
 }
 
 // Options configure the publisher and the stream.
@@ -61,9 +65,10 @@ type Options struct {
 	Log        *slog.Logger          `yaml:"-"` // where changes to the stream are told
 }
 
-// stalePing is how often the connection pings its server: two pings
-// unanswered mark it stale, so a silent server is left after 4 to 6s.
-const stalePing = 2 * time.Second
+// MinMaxAge is the least nats.max_age: a restore after Redis lost data
+// reads the losses since the registry's last checkpoint (every 5 minutes)
+// from the stream.
+const MinMaxAge = 15 * time.Minute
 
 // DefaultMaxAge is how long the stream keeps events by default: long
 // enough for a consumer down over a long weekend to catch up, bounded so
@@ -73,7 +78,7 @@ const DefaultMaxAge = 7 * 24 * time.Hour
 // DefaultConfig is the nats section when nothing is configured; it is the
 // only copy of these defaults.
 func DefaultConfig() Config {
-	return Config{URL: "nats://127.0.0.1:4222", Options: Options{
+	return Config{URL: "nats://127.0.0.1:4222", PingInterval: 2 * time.Second, Options: Options{
 		Mode: JetStream, Prefix: DefaultPrefix, Stream: "SIGWATCH", Duplicates: 2 * time.Minute,
 		Storage: "file", Replicas: 1, MaxAge: DefaultMaxAge, MaxTypes: DefaultMaxTypes, MaxPending: 4096, AckWait: 10 * time.Second,
 	}}
@@ -93,6 +98,12 @@ func (c Config) Validate() error {
 	}
 	if c.Replicas < 0 || c.Duplicates < 0 || c.MaxAge < 0 || c.MaxBytes < 0 || c.MaxMsgs < 0 {
 		errs = append(errs, errors.New("nats.replicas, nats.duplicates, nats.max_age, nats.max_bytes and nats.max_msgs must not be negative"))
+	}
+	if c.PingInterval < 0 {
+		errs = append(errs, errors.New("nats.ping_interval must not be negative"))
+	}
+	if c.MaxAge > 0 && c.MaxAge < MinMaxAge {
+		errs = append(errs, fmt.Errorf("nats.max_age %v is shorter than %v: after Redis loses data, sigwatch reads the recent losses from the stream", c.MaxAge, MinMaxAge))
 	}
 	if c.MaxAge > 0 && c.Duplicates > c.MaxAge {
 		errs = append(errs, fmt.Errorf("nats.duplicates %v is longer than nats.max_age %v: the window cannot outlive the events", c.Duplicates, c.MaxAge))
@@ -144,7 +155,7 @@ func connect(c Config, log *slog.Logger) (*nats.Conn, error) {
 		// A server that hangs or is cut off keeps the connection open and
 		// silent; missed pongs, not TCP, tell within a few seconds, and the
 		// connection moves to another server.
-		nats.PingInterval(stalePing), nats.MaxPingsOutstanding(2),
+		nats.PingInterval(cmp.Or(c.PingInterval, DefaultConfig().PingInterval)), nats.MaxPingsOutstanding(2),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", "err", err)

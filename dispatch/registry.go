@@ -68,7 +68,7 @@ const (
 	registryMetaKey = "meta"
 	// registryAttempts bounds the read-modify-write attempts of one record
 	// that conflicting writers can force.
-	registryAttempts = 10
+	registryAttempts = 32
 	// registryInFlight bounds the records one Update works on at once.
 	registryInFlight = 64
 	// registryPull is how many records Each asks the server for at once: a

@@ -3,8 +3,8 @@ package guard_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 

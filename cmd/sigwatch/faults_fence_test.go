@@ -27,7 +27,10 @@ func TestStaleScannerReleasedPastDuplicatesWindow(t *testing.T) {
 	common := []string{"SIGWATCH_THRESHOLDS_DEFAULT=" + threshold.String(), "SIGWATCH_NATS_DUPLICATES=" + window.String()}
 	proxy := testenv.NewProxy(t, strings.TrimPrefix(env.NATS.URL, "nats://"))
 	b := startProc(t, env, "b", append(common, "SIGWATCH_MQTT_CLIENT_ID=sigwatch-b")...)
-	a := startProc(t, env, "a", append(common, "SIGWATCH_ROLES=scanner", "SIGWATCH_NATS_URL=nats://"+proxy.Addr)...)
+	// a's client must not give its held connection up while the test holds
+	// it: what it buffered is the point.
+	a := startProc(t, env, "a", append(common, "SIGWATCH_ROLES=scanner", "SIGWATCH_NATS_URL=nats://"+proxy.Addr,
+		"SIGWATCH_NATS_PING_INTERVAL=10m")...)
 	_ = b
 	l := watchLost(t, env)
 	d := startDevices(t, env.Mosquitto.URL, 200, 200*time.Millisecond)
