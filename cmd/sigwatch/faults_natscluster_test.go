@@ -45,15 +45,7 @@ func TestNATSClusterFailover(t *testing.T) {
 	d := startDevices(t, env.Mosquitto.URL, 400, 300*time.Millisecond)
 	time.Sleep(3 * time.Second)
 
-	next := 0
-	// silence silences one more device every 50ms for span: their deadlines fall due, and their
-	// events are published, one after another from a threshold later on.
-	silence := func(span time.Duration) {
-		for end := time.Now().Add(span); time.Now().Before(end); next++ {
-			d.silence(d.ids[next])
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	silence := steadily(d)
 	// silenceWhile runs silence(span) beside wait, and returns once both are done.
 	silenceWhile := func(span time.Duration, wait func()) {
 		done := make(chan struct{})
@@ -95,9 +87,9 @@ func TestNATSClusterFailover(t *testing.T) {
 	// Before the node comes back, the stream holds the events of the devices silenced so far
 	// (the test's own recorder may still be recovering from the kill).
 	testenv.WaitFor(t, 20*time.Second, "lost events stored for the devices silenced so far", func() bool {
-		return lostStored(js, stream) >= next
+		return lostStored(js, stream) >= len(d.silenced())
 	})
-	t.Logf("%d lost events stored %v after the kill", next, time.Since(killed).Round(time.Millisecond))
+	t.Logf("%d lost events stored %v after the kill", len(d.silenced()), time.Since(killed).Round(time.Millisecond))
 	restarted := time.Now()
 	if err := cluster.Restart(first); err != nil {
 		t.Fatal(err)
@@ -125,7 +117,7 @@ func TestNATSClusterFailover(t *testing.T) {
 	checkExactlySilenced(t, l, d, threshold)
 	before, after := storedLags(t, js, stream, restarted)
 	t.Logf("%d silenced devices; lost event stored after its deadline (median, max): around the first kill %v, %v; around the second %v, %v",
-		next, before[0], before[1], after[0], after[1])
+		len(d.silenced()), before[0], before[1], after[0], after[1])
 
 	// A replicated stream refuses a fenced publish while another of the shard's is being
 	// replicated; that is no fence, and the only sigwatch process must never take it for one.
@@ -164,13 +156,7 @@ func TestNATSClusterFrozenNode(t *testing.T) {
 	d := startDevices(t, env.Mosquitto.URL, 300, 300*time.Millisecond)
 	time.Sleep(3 * time.Second)
 
-	next := 0
-	silence := func(span time.Duration) {
-		for end := time.Now().Add(span); time.Now().Before(end); next++ {
-			d.silence(d.ids[next])
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	silence := steadily(d)
 	silence(threshold + 500*time.Millisecond)
 	var frozen int
 	testenv.WaitFor(t, 10*time.Second, "sigwatch connected", func() bool {
@@ -201,9 +187,9 @@ func TestNATSClusterFrozenNode(t *testing.T) {
 	t.Logf("froze %s (sigwatch's node; stream leader %s): sigwatch on a live node %v later",
 		cluster.Name(frozen), cluster.Name(max(lead, 0)), time.Since(paused).Round(time.Millisecond))
 	testenv.WaitFor(t, 20*time.Second, "lost events stored for the devices silenced so far", func() bool {
-		return lostStored(js, stream) >= next
+		return lostStored(js, stream) >= len(d.silenced())
 	})
-	t.Logf("%d lost events stored %v after the freeze, the node still frozen", next, time.Since(paused).Round(time.Millisecond))
+	t.Logf("%d lost events stored %v after the freeze, the node still frozen", len(d.silenced()), time.Since(paused).Round(time.Millisecond))
 	resume()
 
 	waitAllLost(t, l, d, 30*time.Second)
@@ -309,4 +295,17 @@ func medianMax(ls []time.Duration) [2]time.Duration {
 	}
 	sort.Slice(ls, func(a, b int) bool { return ls[a] < ls[b] })
 	return [2]time.Duration{ls[len(ls)/2].Round(time.Millisecond), ls[len(ls)-1].Round(time.Millisecond)}
+}
+
+// steadily returns a function that silences one more device of d every
+// 50ms for span: their deadlines fall due, and their events are published,
+// one after another from a threshold later on.
+func steadily(d *devices) func(span time.Duration) {
+	next := 0
+	return func(span time.Duration) {
+		for end := time.Now().Add(span); time.Now().Before(end); next++ {
+			d.silence(d.ids[next])
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 }
