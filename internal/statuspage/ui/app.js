@@ -199,7 +199,7 @@ function renderLost(data) {
       el('td', d.type || '–'),
       el('td', d.lost_at ? ms(Date.now() - d.lost_at) : '–', 'bad'),
       el('td', ago(d.last_seen)),
-      el('td', duration(pick(d, 'threshold', 'threshold_ms'))),
+      el('td', duration(pick(d, 'threshold_ms', 'threshold'))),
     );
     tr.cells[2].title = clockTime(d.lost_at);
     tr.cells[3].title = clockTime(d.last_seen);
@@ -297,36 +297,41 @@ function renderCounters(s, sh) {
         .map(([k, v]) => k + ' ' + num(v));
       counter(dl, 'alarms', parts.length ? parts.join(' · ') : '0');
     }
-    counter(dl, 'signals/s', num(pick(s, 'signals_per_sec', 'signals_per_second', 'signals_rate', 'rates.signals', 'last_minute.signals_per_sec'), 1));
-    counter(dl, 'lost / min', num(pick(s, 'lost_last_minute', 'lost_1m', 'last_minute.lost', 'minute.lost')));
-    counter(dl, 'recovered / min', num(pick(s, 'recovered_last_minute', 'recovered_1m', 'last_minute.recovered', 'minute.recovered')));
-    const p50 = pick(s, 'fire_lag_ms.p50', 'fire_lag.p50_ms', 'fire_lag.p50', 'fire_lag_p50_ms');
-    const p99 = pick(s, 'fire_lag_ms.p99', 'fire_lag.p99_ms', 'fire_lag.p99', 'fire_lag_p99_ms');
+    counter(dl, 'signals/s', num(pick(s, 'signals_per_sec'), 1));
+    counter(dl, 'lost / min', num(pick(s, 'last_minute.lost', 'lost_last_minute')));
+    counter(dl, 'recovered / min', num(pick(s, 'last_minute.recovered', 'recovered_last_minute')));
+    const p50 = pick(s, 'fire_lag.p50_ms');
+    const p99 = pick(s, 'fire_lag.p99_ms');
     counter(dl, 'fire lag p50 / p99', ms(p50) + ' / ' + ms(p99));
   }
-  const wm = s ? pick(s, 'watermark_age_ms', 'watermark.age_ms', 'watermark_lag_ms') : undefined;
+  const wm = s ? pick(s, 'watermark.age_ms') : undefined;
   const wmAge = wm !== undefined ? wm : sh && sh.watermark_lag_ms;
   // Redis time and this browser's clock differ by a little: never show a negative age.
   if (wmAge !== undefined) counter(dl, 'watermark age', ms(Math.max(0, wmAge)), wmAge > 5000 ? 'bad' : '');
   const outage = s ? outageText(s) : '';
-  if (outage) counter(dl, 'outage', outage, outage.startsWith('in progress') ? 'bad' : '');
-  if (sh) counter(dl, 'shards', num(sh.shards) + (sh.prev ? ' (from ' + sh.prev + ')' : ''));
+  if (outage) counter(dl, 'outages', outage, outage === 'in progress' ? 'bad' : '');
+  const procs = s && Array.isArray(s.processes) ? s.processes : null;
+  if (procs) {
+    counter(dl, 'processes', num(procs.length));
+    dl.lastChild.title = procs.map((p) => p.name + ' (' + (p.roles || []).join(', ') + ')').join('\n');
+  }
+  if (sh) counter(dl, 'shards', num(sh.shards) + (sh.prev ? ' (doubling from ' + sh.prev + ')' : ''));
 }
 
-// outageText says whether an outage is in progress, or when the last one was.
+// outageText says whether ingest is in an outage now (its watermark stalled),
+// or when the last recorded one ended.
 function outageText(s) {
-  const o = pick(s, 'outages', 'outage');
-  if (o === undefined) return '';
-  const list = Array.isArray(o) ? o : (o.recent || o.list || o.last || []);
-  const now = pick(o, 'in_progress', 'current', 'active');
-  if (now) return 'in progress' + (typeof now === 'object' && now.since ? ' since ' + ago(now.since) : '');
-  const arr = Array.isArray(list) ? list : [list];
-  if (arr.length === 0) return 'none';
-  const last = arr[arr.length - 1];
-  const end = pick(last || {}, 'to', 'end', 'until');
-  const start = pick(last || {}, 'from', 'start', 'since');
-  if (typeof start === 'number' && !end) return 'in progress since ' + ago(start);
-  return typeof end === 'number' ? 'last ended ' + ago(end) : arr.length + ' recent';
+  const w = pick(s, 'watermark');
+  if (!w || typeof w !== 'object') return '';
+  if (w.outage) return 'in progress';
+  const list = Array.isArray(w.outages) ? w.outages : [];
+  const total = typeof w.outages_total === 'number' ? w.outages_total : list.length;
+  if (list.length === 0) return total ? num(total) + ' recorded' : 'none';
+  const last = list[list.length - 1] || {};
+  const end = pick(last, 'end', 'End', 'to');
+  const start = pick(last, 'start', 'Start', 'from');
+  const len = typeof end === 'number' && typeof start === 'number' ? ' (' + ms(end - start) + ')' : '';
+  return num(total) + ', last ended ' + ago(end) + len;
 }
 
 // --- fire lag chart ---
@@ -344,8 +349,8 @@ function renderChart(s) {
   const box = $('chart');
   const hist = (s && Array.isArray(s.history) ? s.history : []).filter((p) => p && typeof p === 'object');
   const series = [
-    { key: ['p99', 'fire_lag_p99_ms', 'p99_ms', 'fire_lag_ms.p99'], cls: 'p99', name: 'p99' },
-    { key: ['p50', 'fire_lag_p50_ms', 'p50_ms', 'fire_lag_ms.p50'], cls: 'p50', name: 'p50' },
+    { key: ['p99_ms'], cls: 'p99', name: 'p99' },
+    { key: ['p50_ms'], cls: 'p50', name: 'p50' },
   ];
   const pts = series.map((se) => hist.map((p) => pick(p, ...se.key)));
   if (hist.length < 2) {
