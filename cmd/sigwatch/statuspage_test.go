@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -343,6 +345,76 @@ func TestStatusPageInChromium(t *testing.T) {
 	b.eval(t, `document.getElementById('banner').hidden ? '' : document.getElementById('banner').textContent`, &banner)
 	if banner != "" {
 		t.Errorf("error banner shown: %q", banner)
+	}
+	for _, e := range b.consoleErrors() {
+		t.Errorf("browser console: %s", e)
+	}
+}
+
+// TestDemoShowsStatusPage runs `sigwatch demo` as a user would, opens the
+// status page URL it prints, with no token (the demo sets none), and waits
+// for the fleet it simulates to show: counters, lost devices, the shard map.
+func TestDemoShowsStatusPage(t *testing.T) {
+	b := newBrowser(t)
+	shots := os.Getenv("SIGWATCH_SCREENSHOTS")
+	if shots == "" {
+		shots = t.TempDir()
+	} else if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "demo", "--duration", "40s", "--devices", "300", "--threshold", "1s")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	})
+	page := make(chan string, 1)
+	go func() { // reads the demo's output to its end, so the demo never blocks on it
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == "status" {
+				select {
+				case page <- f[1]:
+				default:
+				}
+			}
+		}
+	}()
+	var u string
+	select {
+	case u = <-page:
+	case <-time.After(30 * time.Second):
+		t.Fatal("sigwatch demo printed no status page URL (a line `status  http://...`) within 30s")
+	}
+	if !strings.HasPrefix(u, "http://127.0.0.1:") || !strings.HasSuffix(u, "/") {
+		t.Fatalf("status page URL %q, want http://127.0.0.1:<port>/", u)
+	}
+	b.run(t, chromedp.Navigate(u), chromedp.WaitVisible(".shard", chromedp.ByQuery))
+	testenv.WaitFor(t, 20*time.Second, "lost devices and signals/s on the demo's page", func() bool {
+		var ok bool
+		b.eval(t, `document.querySelectorAll('#lost tbody tr').length > 0 &&
+			[...document.querySelectorAll('#counters .counter')].some(c => c.firstChild.textContent === 'signals/s' && c.lastChild.textContent !== '0' && c.lastChild.textContent !== '–')`, &ok)
+		return ok
+	})
+	// A few seconds more fill the fire-lag chart.
+	testenv.WaitFor(t, 15*time.Second, "the fire-lag chart drawn", func() bool {
+		var ok bool
+		b.eval(t, `document.querySelectorAll('#chart polyline').length > 0`, &ok)
+		return ok
+	})
+	b.shot(t, shots, "demo")
+	var login bool
+	b.eval(t, `!document.getElementById('login').hidden`, &login)
+	if login {
+		t.Error("the demo's page asks for a token: the demo sets none")
 	}
 	for _, e := range b.consoleErrors() {
 		t.Errorf("browser console: %s", e)
