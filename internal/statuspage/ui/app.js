@@ -182,6 +182,22 @@ class Pager {
 const lostPager = new Pager('lost');
 const alarmsPager = new Pager('alarms');
 
+// fillPage reads one page of a list from cursor. The API bounds the work of
+// each request, so one answer may hold fewer rows than asked for, even none,
+// and still have a next cursor: follow it until the page is full or the
+// list ends, within a bounded number of requests.
+async function fillPage(path, params, key, cursor) {
+  const rows = [];
+  let next = cursor;
+  for (let calls = 0; calls < 40; calls++) {
+    const d = await api('GET', path + '?' + query({ ...params, limit: PAGE - rows.length, cursor: next }));
+    rows.push(...((d && d[key]) || []));
+    next = (d && d.next) || '';
+    if (!next || rows.length >= PAGE) break;
+  }
+  return { [key]: rows, next };
+}
+
 function query(params) {
   const q = new URLSearchParams();
   for (const [k, v] of Object.entries(params)) if (v) q.set(k, v);
@@ -463,8 +479,8 @@ async function refresh() {
   const calls = [
     ['stats', api('GET', '/v1/stats')],
     ['shards', api('GET', '/v1/shards')],
-    ['lost devices', api('GET', '/v1/devices?' + query({ state: 'lost', limit: PAGE, cursor: lostPager.cursor() }))],
-    ['alarms', api('GET', '/v1/alarms?' + query({ limit: PAGE, cursor: alarmsPager.cursor() }))],
+    ['lost devices', fillPage('/v1/devices', { state: 'lost' }, 'devices', lostPager.cursor())],
+    ['alarms', fillPage('/v1/alarms', {}, 'alarms', alarmsPager.cursor())],
   ];
   const res = await Promise.allSettled(calls.map((c) => c[1]));
   if (res.some((r) => r.status === 'rejected' && r.reason.status === 401)) {
