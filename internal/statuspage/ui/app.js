@@ -61,9 +61,13 @@ function ms(v) {
   const a = Math.abs(v);
   if (a < 1000) return Math.round(v) + ' ms';
   if (a < 60e3) return (v / 1e3).toFixed(a < 10e3 ? 1 : 0) + ' s';
-  if (a < 3600e3) return Math.floor(v / 60e3) + 'm ' + Math.round((v % 60e3) / 1e3) + 's';
-  if (a < 86400e3) return Math.floor(v / 3600e3) + 'h ' + Math.round((v % 3600e3) / 60e3) + 'm';
-  return Math.floor(v / 86400e3) + 'd ' + Math.round((v % 86400e3) / 3600e3) + 'h';
+  // Round once, then split, so that 9m 59.6s reads 10m 0s, not 9m 60s.
+  const sec = Math.round(v / 1e3);
+  if (sec < 3600) return Math.floor(sec / 60) + 'm ' + (sec % 60) + 's';
+  const min = Math.round(sec / 60);
+  if (min < 1440) return Math.floor(min / 60) + 'h ' + (min % 60) + 'm';
+  const hr = Math.round(min / 60);
+  return Math.floor(hr / 24) + 'd ' + (hr % 24) + 'h';
 }
 
 function ago(t) {
@@ -217,6 +221,7 @@ function renderLost(data) {
       el('td', ago(d.last_seen)),
       el('td', duration(pick(d, 'threshold_ms', 'threshold'))),
     );
+    tr.cells[0].title = d.device; // the whole id where the cell cuts it
     tr.cells[2].title = clockTime(d.lost_at);
     tr.cells[3].title = clockTime(d.last_seen);
     return tr;
@@ -256,6 +261,7 @@ function renderAlarms(data) {
       el('td', when),
       acts,
     );
+    tr.cells[0].title = a.device;
     tr.cells[3].title = clockTime(a.since);
     return tr;
   }));
@@ -373,6 +379,11 @@ function renderChart(s) {
     box.replaceChildren(el('p', s ? 'Collecting points…' : 'No fire lag history from this sigwatch.', 'empty'));
     return;
   }
+  if (!pts.some((arr) => arr.some((v) => typeof v === 'number'))) {
+    const span = pick(hist[hist.length - 1], 'at') - pick(hist[0], 'at');
+    box.replaceChildren(el('p', 'No device was reported lost in the last ' + ms(span) + '.', 'empty'));
+    return;
+  }
   const W = 480, H = 120, L = 44, B = 18, T = 8;
   let max = 0;
   for (const arr of pts) for (const v of arr) if (typeof v === 'number' && v > max) max = v;
@@ -390,9 +401,10 @@ function renderChart(s) {
   series.forEach((se, k) => {
     const d = pts[k].map((v, i) => (typeof v === 'number' ? `${x(i).toFixed(1)},${y(v).toFixed(1)}` : null)).filter(Boolean);
     if (d.length > 1) g.append(svg('polyline', { points: d.join(' '), class: 'line ' + se.cls }));
-    const last = pts[k][pts[k].length - 1];
-    g.append(svg('text', { x: W - 8 - k * 90, y: T + 10, class: 'legend ' + se.cls, 'text-anchor': 'end' },
-      se.name + ' ' + ms(last)));
+    // The legend gives the last minute's quantile, as the counters do.
+    const q = pick(s, 'fire_lag.' + se.key[0]);
+    g.append(svg('text', { x: W - 8 - k * 100, y: T + 10, class: 'legend ' + se.cls, 'text-anchor': 'end' },
+      se.name + ' ' + ms(q)));
   });
   box.replaceChildren(g);
 }
