@@ -349,6 +349,22 @@ func TestStatusPageInChromium(t *testing.T) {
 	for _, e := range b.consoleErrors() {
 		t.Errorf("browser console: %s", e)
 	}
+
+	// 4. sigwatch goes away: the page says so in its banner and keeps the
+	// last data it had, rather than going blank.
+	if err := app.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the banner saying sigwatch is not answering", func() bool {
+		b.eval(t, `document.getElementById('banner').hidden ? '' : document.getElementById('banner').textContent`, &banner)
+		return strings.Contains(banner, "not answering")
+	})
+	var shards int
+	b.eval(t, `document.querySelectorAll('.shard').length`, &shards)
+	if shards != 16 {
+		t.Errorf("after sigwatch stopped the page shows %d shards, want the last 16 it read", shards)
+	}
+	b.shot(t, shots, "4-down")
 }
 
 // TestDemoShowsStatusPage runs `sigwatch demo` as a user would, opens the

@@ -518,13 +518,16 @@ async function refresh() {
     if (e.status === 404) why = 'this sigwatch does not serve it (404)';
     errs.push(name + ': ' + why);
   });
-  if (errs.length === calls.length && res.every((r) => r.reason.status === 0)) {
+  const down = errs.length === calls.length && res.every((r) => r.reason.status === 0);
+  if (down) {
     errs.splice(0, errs.length, 'sigwatch is not answering: showing the last data, retrying every ' + POLL_MS / 1000 + ' s.');
   }
   showErrors(errs);
   if ('stats' in val || 'shards' in val) renderCounters(val.stats, val.shards);
+  // Without an answer the chart keeps its last points, unless this sigwatch
+  // has no stats at all.
   if ('stats' in val) renderChart(val.stats);
-  else renderChart(null);
+  else if (res[0].reason.status === 404) renderChart(null);
   if ('shards' in val) renderShards(val.shards);
   if ('lost devices' in val) renderLost(val['lost devices']);
   if ('alarms' in val) renderAlarms(val.alarms);
@@ -533,7 +536,7 @@ async function refresh() {
     live.textContent = 'live · ' + new Date().toLocaleTimeString();
     live.className = 'live on';
   } else {
-    live.textContent = 'degraded · ' + new Date().toLocaleTimeString();
+    live.textContent = (down ? 'not answering · ' : 'degraded · ') + new Date().toLocaleTimeString();
     live.className = 'live off';
   }
 }
