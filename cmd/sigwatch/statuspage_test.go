@@ -162,9 +162,10 @@ func (b *browser) hasRow(t *testing.T, table, id string) bool {
 // against a running sigwatch with an API token and a small fleet that
 // signals over HTTP. The page asks for the token and sends it; a silenced
 // device shows in the lost table within seconds, its id shown as text
-// (markup in an id stays text); the ack button acks its alarm, as the API
-// then reports; the device leaves the lost table once it signals again; and
-// the page logs no console error.
+// (markup in an id stays text); the ack button acks its alarm and the mute
+// button mutes another's, as the API then reports; the devices leave the
+// lost table once they signal again; the page logs no console error; and
+// when sigwatch stops answering the page says so and keeps its last data.
 func TestStatusPageInChromium(t *testing.T) {
 	b := newBrowser(t) // before the servers: skips early without chromium
 	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
@@ -270,7 +271,10 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 
 	// 1. A silenced device appears in the lost table within a few seconds.
+	// A second one is silenced to be muted in step 2.
+	const other = "dev-03"
 	setQuiet(silent, true)
+	setQuiet(other, true)
 	silencedAt := time.Now()
 	testenv.WaitFor(t, 10*time.Second, "the silenced device in the lost table", func() bool {
 		return b.hasRow(t, "lost", silent)
@@ -288,11 +292,11 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	var lostRows int
 	b.eval(t, `document.querySelectorAll('#lost tbody tr').length`, &lostRows)
-	if lostRows != 1 {
-		t.Errorf("lost table has %d rows, want 1 (only %q is silent)", lostRows, silent)
+	if lostRows != 2 {
+		t.Errorf("lost table has %d rows, want 2 (only %q and %s are silent)", lostRows, silent, other)
 	}
-	testenv.WaitFor(t, 10*time.Second, "its alarm in the open alarms table", func() bool {
-		return b.hasRow(t, "alarms", silent)
+	testenv.WaitFor(t, 10*time.Second, "their alarms in the open alarms table", func() bool {
+		return b.hasRow(t, "alarms", silent) && b.hasRow(t, "alarms", other)
 	})
 	b.shot(t, shots, "1-lost")
 
@@ -325,10 +329,47 @@ func TestStatusPageInChromium(t *testing.T) {
 	if !strings.Contains(msg, "acked") {
 		t.Errorf("action message %q, want it to say acked", msg)
 	}
+
+	// Its neighbour's mute button mutes that device for the time given.
+	b.eval(t, fmt.Sprintf(`[...document.querySelectorAll('#alarms tbody tr')].indexOf(%s)`, rowJS("alarms", other)), &row)
+	b.run(t,
+		chromedp.SetValue("#mute-for", "30m", chromedp.ByID),
+		chromedp.Click(fmt.Sprintf("#alarms tbody tr:nth-child(%d) button.mute", row+1), chromedp.ByQuery),
+	)
+	mutedAt := time.Now()
+	testenv.WaitFor(t, 5*time.Second, "the mute through the API", func() bool {
+		req, _ := http.NewRequest("GET", base+"/v1/mutes", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var ms []struct {
+			Device string `json:"device"`
+			Until  int64  `json:"until"`
+		}
+		if json.NewDecoder(resp.Body).Decode(&ms) != nil {
+			return false
+		}
+		for _, m := range ms {
+			u := time.UnixMilli(m.Until)
+			if m.Device == other && u.After(mutedAt.Add(29*time.Minute)) && u.Before(mutedAt.Add(31*time.Minute)) {
+				return true
+			}
+		}
+		return false
+	})
+	testenv.WaitFor(t, 5*time.Second, "the page showing the alarm muted", func() bool {
+		var st string
+		b.eval(t, `(`+rowJS("alarms", other)+`||{cells:[0,0,{textContent:''}]}).cells[2].textContent`, &st)
+		return strings.Contains(st, "muted")
+	})
 	b.shot(t, shots, "2-acked")
 
 	// 3. The device signals again: it leaves the lost table.
 	setQuiet(silent, false)
+	setQuiet(other, false)
 	revivedAt := time.Now()
 	testenv.WaitFor(t, 10*time.Second, "the recovered device gone from the lost table", func() bool {
 		return !b.hasRow(t, "lost", silent)

@@ -56,18 +56,19 @@ function el(tag, text, cls) {
   return e;
 }
 
+// ms shows a duration in ms; its parts never wrap apart (no-break spaces).
 function ms(v) {
   if (typeof v !== 'number' || !isFinite(v)) return '–';
   const a = Math.abs(v);
-  if (a < 1000) return Math.round(v) + ' ms';
-  if (a < 60e3) return (v / 1e3).toFixed(a < 10e3 ? 1 : 0) + ' s';
+  if (a < 1000) return Math.round(v) + '\u00a0ms';
+  if (a < 60e3) return (v / 1e3).toFixed(a < 10e3 ? 1 : 0) + '\u00a0s';
   // Round once, then split, so that 9m 59.6s reads 10m 0s, not 9m 60s.
   const sec = Math.round(v / 1e3);
-  if (sec < 3600) return Math.floor(sec / 60) + 'm ' + (sec % 60) + 's';
+  if (sec < 3600) return Math.floor(sec / 60) + 'm\u00a0' + (sec % 60) + 's';
   const min = Math.round(sec / 60);
-  if (min < 1440) return Math.floor(min / 60) + 'h ' + (min % 60) + 'm';
+  if (min < 1440) return Math.floor(min / 60) + 'h\u00a0' + (min % 60) + 'm';
   const hr = Math.round(min / 60);
-  return Math.floor(hr / 24) + 'd ' + (hr % 24) + 'h';
+  return Math.floor(hr / 24) + 'd\u00a0' + (hr % 24) + 'h';
 }
 
 function ago(t) {
@@ -258,7 +259,7 @@ function renderAlarms(data) {
       el('td', state, 'state ' + String(a.state).replace(/[^a-z]/g, '')),
       el('td', ago(a.since)),
       el('td', num(a.count)),
-      el('td', when),
+      el('td', when, 'when'),
       acts,
     );
     tr.cells[0].title = a.device;
@@ -393,7 +394,7 @@ function renderChart(s) {
   const g = svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': 'fire lag p50 and p99' });
   for (const f of [0, 0.5, 1]) {
     g.append(svg('line', { x1: L, x2: W - 4, y1: y(max * f), y2: y(max * f), class: 'grid' }));
-    g.append(svg('text', { x: L - 4, y: y(max * f) + 4, class: 'axis', 'text-anchor': 'end' }, ms(max * f).replace(' ', '')));
+    g.append(svg('text', { x: L - 4, y: y(max * f) + 4, class: 'axis', 'text-anchor': 'end' }, ms(max * f).replace('\u00a0', '')));
   }
   const span = pick(hist[hist.length - 1], 'at') - pick(hist[0], 'at');
   g.append(svg('text', { x: L, y: H - 3, class: 'axis' }, isFinite(span) ? '−' + ms(span) : ''));
@@ -401,6 +402,11 @@ function renderChart(s) {
   series.forEach((se, k) => {
     const d = pts[k].map((v, i) => (typeof v === 'number' ? `${x(i).toFixed(1)},${y(v).toFixed(1)}` : null)).filter(Boolean);
     if (d.length > 1) g.append(svg('polyline', { points: d.join(' '), class: 'line ' + se.cls }));
+    // Dots show the points a line cannot join (seconds with no loss between them).
+    for (const p of d) {
+      const [cx, cy] = p.split(',');
+      g.append(svg('circle', { cx, cy, r: 1.8, class: 'dot ' + se.cls }));
+    }
     // The legend gives the last minute's quantile, as the counters do.
     const q = pick(s, 'fire_lag.' + se.key[0]);
     g.append(svg('text', { x: W - 8 - k * 100, y: T + 10, class: 'legend ' + se.cls, 'text-anchor': 'end' },
