@@ -71,3 +71,30 @@ func TestFleetCounts(t *testing.T) {
 		t.Errorf("Fleet(3): no error, want a refusal of a shard count that is not a power of two")
 	}
 }
+
+// WatermarkTail reads the watermark, the outage count and only the latest
+// outages.
+func TestWatermarkTail(t *testing.T) {
+	ctx, s := newStore(t)
+	if wm, n, last, err := s.WatermarkTail(ctx, 5); err != nil || wm != 0 || n != 0 || len(last) != 0 {
+		t.Fatalf("before ingest: wm %d, n %d, last %v, err %v; want nothing", wm, n, last, err)
+	}
+	ms := int64(1_000_000)
+	for range 8 {
+		// Each step jumps 10s past a 3s gap and then moves on smoothly, so
+		// each records one outage of its own.
+		for _, step := range []int64{10_000, 1_000} {
+			ms += step
+			if _, err := s.AdvanceWatermark(ctx, ms, 3*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	wm, n, last, err := s.WatermarkTail(ctx, 5)
+	if err != nil || wm != ms || n != 7 || len(last) != 5 {
+		t.Fatalf("wm %d, n %d, last %v, err %v; want wm %d, 7 outages, the last 5", wm, n, last, err, ms)
+	}
+	if want := (shard.Outage{Start: ms - 11_000, End: ms - 1_000}); last[4] != want {
+		t.Errorf("last outage %v, want %v", last[4], want)
+	}
+}
