@@ -390,10 +390,11 @@ func (s *fleetStats) readReports(ctx context.Context, now time.Time) (fleetRepor
 	return f, nil
 }
 
-// quantiles merges nothing more: lag is already the sum of every
-// scanner's cumulative bucket counts, so its quantiles are those of the
-// whole fleet's lost events, interpolated within a bucket as Prometheus's
-// histogram_quantile does.
+// quantiles reads p50 and p99 from lag, the sum of every scanner's
+// cumulative bucket counts: summing buckets merges histograms exactly, so
+// these are the quantiles of the whole fleet's lost events (interpolated
+// within a bucket as Prometheus's histogram_quantile does), not an average
+// of each scanner's.
 func quantiles(lag map[float64]uint64) lagView {
 	les := make([]float64, 0, len(lag))
 	for le := range lag {
