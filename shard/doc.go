@@ -26,6 +26,8 @@
 //	               Remove and SetThreshold fenced by topology
 //	state.go       per-device state by compare-and-set (the alarm's), mutes
 //	status.go      one batched status read of every shard
+//	reports.go     the processes' own reports, the fleet's watched and lost
+//	               counts, the latest outages
 //	writer.go      Writer: placing under a lagging topology, epoch reports
 //	time.go        Redis server time, the one clock
 //	generation.go  the generation record, vetted shards, ErrDataLoss, the

@@ -141,3 +141,8 @@ const stateName = "alarm"
 
 // state is the HASH of the per-device state of id's partition.
 func (k Keys) state(id string) string { return k.partKey(id, stateName) }
+
+// Reports is the HASH of the processes' own reports (process -> "at:body",
+// see reports.go): what each counted over its last minute, for fleet-wide
+// stats.
+func (k Keys) Reports() string { return k.meta("reports") }

@@ -37,6 +37,7 @@ func (a *App) routes() http.Handler {
 	v1.HandleFunc("POST /v1/signals", a.postSignals)
 	v1.HandleFunc("GET /v1/shards", a.getShards)
 	v1.HandleFunc("POST /v1/shards/double", a.postShardsDouble)
+	v1.HandleFunc("GET /v1/stats", a.getStats)
 	mux.Handle("/v1/", a.auth(v1))
 	return mux
 }

@@ -24,6 +24,7 @@ commands:
   shards     status|double: topology, drain progress, sizes, owners; start a doubling
   device     get|rm|threshold|ack <id>: one device, through the HTTP API
   mute       add|ls|rm: mute the alarms of a device or a type for a while
+  stats      fleet counters, rates, fire lag, watermark, shards, through the HTTP API
   version    print the version
 
 Every config key can be overridden by an environment variable,
@@ -58,6 +59,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdDevice(ctx, args[1:], stdout)
 	case "mute":
 		err = cmdMute(ctx, args[1:], stdout)
+	case "stats":
+		err = cmdStats(ctx, args[1:], stdout)
 	case "version":
 		fmt.Fprintln(stdout, "sigwatch", version)
 	case "help", "-h", "--help":

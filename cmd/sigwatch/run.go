@@ -58,6 +58,9 @@ type App struct {
 	rtopo  *shard.Watcher
 	alarms *alarm.Alarms
 
+	// stats reports this process's counts and serves GET /v1/stats.
+	stats *fleetStats
+
 	httpLn  net.Listener
 	httpSrv *http.Server
 
@@ -199,6 +202,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			return nil, err
 		}
 	}
+	a.stats = newFleetStats(a)
 	if cfg.hasRole("api") {
 		if a.httpLn, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {
 			return nil, fmt.Errorf("http: %w (set http.addr / SIGWATCH_HTTP_ADDR)", err)
@@ -231,6 +235,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if a.in != nil {
 		a.g.Go("ingest", a.in.Run)
 	}
+	a.stats.start(a.g)
 	go func() {
 		select {
 		case <-ctx.Done():
