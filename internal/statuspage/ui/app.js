@@ -242,7 +242,7 @@ function renderAlarms(data) {
     const state = a.muted && a.state !== 'muted' ? a.state + ', muted' : a.state;
     let when = '–';
     if (a.acked_until) when = 'acked ' + until(a.acked_until);
-    else if (a.next_repeat) when = 'repeat ' + until(a.next_repeat);
+    else if (a.next_repeat) when = a.next_repeat > Date.now() ? 'repeat ' + until(a.next_repeat) : 'repeat due';
     const ack = el('button', 'ack', 'ack');
     ack.type = 'button';
     ack.dataset.device = a.device;
@@ -409,8 +409,7 @@ function renderChart(s) {
     }
     // The legend gives the last minute's quantile, as the counters do.
     const q = pick(s, 'fire_lag.' + se.key[0]);
-    g.append(svg('text', { x: W - 8 - k * 100, y: T + 10, class: 'legend ' + se.cls, 'text-anchor': 'end' },
-      se.name + ' ' + ms(q)));
+    g.append(svg('text', { x: L + 8 + (1 - k) * 110, y: T + 10, class: 'legend ' + se.cls }, se.name + ' ' + ms(q)));
   });
   box.replaceChildren(g);
 }
