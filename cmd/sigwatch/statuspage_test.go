@@ -170,7 +170,9 @@ func TestStatusPageInChromium(t *testing.T) {
 	b := newBrowser(t) // before the servers: skips early without chromium
 	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
 	app := startApp(t, env, func(c *Config) {
-		c.Thresholds.Default = time.Second
+		// Devices signal every 250ms: 1.5s leaves a loaded machine room
+		// not to lose a live one.
+		c.Thresholds.Default = 1500 * time.Millisecond
 		c.Alarm.Interval = time.Second
 		c.Alarm.MaxInterval = time.Second
 	})
