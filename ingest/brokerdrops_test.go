@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -126,4 +127,20 @@ func gatheredOr(t *testing.T, g prometheus.Gatherer, name string, def float64) f
 		}
 	}
 	return def
+}
+
+// TestNoMQTTMetricsWithoutBrokers checks that a process without MQTT
+// brokers (signals over HTTP only) exports no MQTT metrics, so that an
+// alert on them cannot fire for it; the others are there.
+func TestNoMQTTMetricsWithoutBrokers(t *testing.T) {
+	r := newRig(t, testenv.Options{})
+	run := r.start(t, Options{})
+	for _, name := range []string{"sigwatch_ingest_connected", "sigwatch_ingest_broker_dropped_total", "sigwatch_ingest_broker_dropped_messages"} {
+		if got := gatheredOr(t, run.reg, name, math.NaN()); !math.IsNaN(got) {
+			t.Errorf("%s = %v without brokers, want absent", name, got)
+		}
+	}
+	if got := gatheredOr(t, run.reg, "sigwatch_ingest_watermark_age_seconds", math.NaN()); math.IsNaN(got) {
+		t.Errorf("sigwatch_ingest_watermark_age_seconds absent without brokers, want present")
+	}
 }
