@@ -23,3 +23,6 @@ func (s *Store) Layout(ctx context.Context, i int) (shards int, floor int64, err
 func (s *Store) ExpireLease(ctx context.Context, i int) error {
 	return s.c.Do(ctx, s.c.B().Del().Key(s.k.Owner(i)).Build()).Error()
 }
+
+// ListTrips returns the round trips listings made so far in this process.
+func ListTrips() int64 { return listTrips.Load() }
