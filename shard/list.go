@@ -117,8 +117,8 @@ type group struct {
 // returns the replies in listing order and the position after them; done
 // is set when no source is left. Replies after one whose source is not
 // finished are dropped (the position cannot skip past it), so such a
-// source sets width to 1; a round whose sources all finished doubles it,
-// up to maxWidth: small sources (the lost marks of a healthy fleet) go many
+// source sets width to 1; a round whose sources all finished widens it
+// fourfold, up to maxWidth: small sources (the lost marks of a healthy fleet) go many
 // to a round trip, big ones one at a time.
 func (s *Store) scanRound(ctx context.Context, src scanSource, pos listCursor, n int, count int64, width *int, maxWidth int) ([]group, listCursor, bool, error) {
 	if pos.Src >= n {
@@ -131,11 +131,17 @@ func (s *Store) scanRound(ctx context.Context, src scanSource, pos listCursor, n
 		if i == pos.Src {
 			cur = pos.Scan
 		}
+		// The sources after the first share the COUNT: a big one among
+		// them ends the round, so what the ones after it read is wasted.
+		c := count
+		if i > pos.Src {
+			c = max(1, count/int64(*width))
+		}
 		srcs = append(srcs, i)
 		if src.zset {
-			cmds = append(cmds, s.c.B().Zscan().Key(src.key(i)).Cursor(cur).Count(count).Build().Pin())
+			cmds = append(cmds, s.c.B().Zscan().Key(src.key(i)).Cursor(cur).Count(c).Build().Pin())
 		} else {
-			cmds = append(cmds, s.c.B().Hscan().Key(src.key(i)).Cursor(cur).Count(count).Build().Pin())
+			cmds = append(cmds, s.c.B().Hscan().Key(src.key(i)).Cursor(cur).Count(c).Build().Pin())
 		}
 	}
 	var out []group
@@ -167,7 +173,7 @@ func (s *Store) scanRound(ctx context.Context, src scanSource, pos listCursor, n
 		}
 		next = listCursor{V: pos.V, Kind: pos.Kind, Shards: pos.Shards, Src: srcs[j] + 1}
 	}
-	*width = min(2**width, maxWidth)
+	*width = min(4**width, maxWidth)
 	return out, next, next.Src >= n, nil
 }
 
@@ -484,7 +490,7 @@ func (d *Devices) listLost(ctx context.Context, typ string, cur listCursor, limi
 		}
 		return rows, ok, nil
 	}
-	return page(ctx, d.store, src, cur, limit, 128, n, keep)
+	return page(ctx, d.store, src, cur, limit, 512, n, keep)
 }
 
 // OpenQuery selects a page of the open-alarm index: Keep judges each entry
@@ -521,5 +527,5 @@ func (s *Store) ListOpen(ctx context.Context, q OpenQuery) ([]OpenEntry, string,
 		}
 		return rows, ok, nil
 	}
-	return page(ctx, s, src, cur, q.Limit, 128, n, keep)
+	return page(ctx, s, src, cur, q.Limit, 512, n, keep)
 }
