@@ -105,6 +105,9 @@ type scanSource struct {
 	zset bool
 }
 
+// minCount is the least SCAN COUNT of a source read beside others.
+const minCount = 64
+
 // group is the elements of one SCAN reply, in id order, and the position
 // that reads it again.
 type group struct {
@@ -133,9 +136,12 @@ func (s *Store) scanRound(ctx context.Context, src scanSource, pos listCursor, n
 		}
 		// The sources after the first share the COUNT: a big one among
 		// them ends the round, so what the ones after it read is wasted.
+		// It stays at least minCount, for a small HASH or ZSET kept as a
+		// hash table (values over 64 bytes) to be read whole: SCAN stops
+		// as soon as it holds COUNT members.
 		c := count
 		if i > pos.Src {
-			c = max(1, count/int64(*width))
+			c = max(minCount, count/int64(*width))
 		}
 		srcs = append(srcs, i)
 		if src.zset {
@@ -168,7 +174,9 @@ func (s *Store) scanRound(ctx context.Context, src scanSource, pos listCursor, n
 		out = append(out, g)
 		if e.Cursor != 0 {
 			next = listCursor{V: pos.V, Kind: pos.Kind, Shards: pos.Shards, Src: srcs[j], Scan: e.Cursor}
-			*width = 1
+			if len(e.Elements)/2 >= minCount {
+				*width = 1
+			}
 			return out, next, false, nil
 		}
 		next = listCursor{V: pos.V, Kind: pos.Kind, Shards: pos.Shards, Src: srcs[j] + 1}
