@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/sigwatch/sigwatch/shard"
 )
@@ -56,20 +57,31 @@ func isOpen(raw string) bool {
 // indexMu serialises this process's builds of the open index.
 var indexMu sync.Mutex
 
+// rebuildEvery is how often the replica that counts the open alarms builds
+// the open index again from every state: it heals what a writer that does
+// not keep the index (a replica of an older version, during a rolling
+// upgrade) left out, at a small fraction of what counting from every state
+// cost.
+const rebuildEvery = time.Hour
+
 // ensureIndex builds the open-alarm index if this Redis has none yet (an
-// installation from before it, or a Redis that lost its meta keys).
-func (a *Alarms) ensureIndex(ctx context.Context) error {
-	built, err := a.store.OpenIndexBuilt(ctx)
-	if err != nil || built {
+// installation from before it, or a Redis that lost its meta keys) or, with
+// stale set, if it was built longer than rebuildEvery ago.
+func (a *Alarms) ensureIndex(ctx context.Context, stale bool) error {
+	due := func() (bool, error) {
+		at, built, err := a.store.OpenIndexBuilt(ctx)
+		return err == nil && (!built || stale && a.opts.Now().Sub(time.UnixMilli(at)) > rebuildEvery), err
+	}
+	if ok, err := due(); err != nil || !ok {
 		return err
 	}
 	indexMu.Lock()
 	defer indexMu.Unlock()
-	if built, err := a.store.OpenIndexBuilt(ctx); err != nil || built {
+	if ok, err := due(); err != nil || !ok {
 		return err
 	}
 	a.log.Info("building the index of open alarms from every alarm state")
-	return a.store.BuildOpenIndex(ctx, isOpen)
+	return a.store.BuildOpenIndex(ctx, isOpen, a.opts.Now())
 }
 
 // listed is the row of an open state, and whether it is open at all.
@@ -103,7 +115,7 @@ func (a *Alarms) List(ctx context.Context, q Query) ([]Listed, string, error) {
 	default:
 		return nil, "", fmt.Errorf("%w: state %q: give active, acked, muted or flapping, or none for every open alarm", ErrBadQuery, q.State)
 	}
-	if err := a.ensureIndex(ctx); err != nil {
+	if err := a.ensureIndex(ctx, false); err != nil {
 		return nil, "", err
 	}
 	mutes, err := a.readMutes(ctx)

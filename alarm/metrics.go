@@ -82,7 +82,7 @@ func (m *metrics) set(c counts) {
 // count counts the open alarms from the open-alarm index: the idle states
 // of every device that ever alarmed are not read.
 func (a *Alarms) count(ctx context.Context) (counts, error) {
-	if err := a.ensureIndex(ctx); err != nil {
+	if err := a.ensureIndex(ctx, true); err != nil {
 		return counts{}, fmt.Errorf("alarm: count alarms: %w", err)
 	}
 	var out counts

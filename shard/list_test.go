@@ -313,14 +313,15 @@ func TestOpenIndexFollowsStates(t *testing.T) {
 	if err := s.DropOpenIndex(ctx, "stray"); err != nil {
 		t.Fatal(err)
 	}
-	if built, err := s.OpenIndexBuilt(ctx); err != nil || built {
+	if _, built, err := s.OpenIndexBuilt(ctx); err != nil || built {
 		t.Fatalf("built after drop: %v %v", built, err)
 	}
-	if err := s.BuildOpenIndex(ctx, open); err != nil {
+	start := time.Now()
+	if err := s.BuildOpenIndex(ctx, open, start); err != nil {
 		t.Fatal(err)
 	}
-	if built, err := s.OpenIndexBuilt(ctx); err != nil || !built {
-		t.Fatalf("not built after build: %v %v", built, err)
+	if at, built, err := s.OpenIndexBuilt(ctx); err != nil || !built || at != start.UnixMilli() {
+		t.Fatalf("after a build: built %v at %d, %v; want built at %d", built, at, err, start.UnixMilli())
 	}
 	check("after a build")
 	listed := map[string]string{}

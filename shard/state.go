@@ -3,6 +3,8 @@ package shard
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -82,13 +84,17 @@ else
 end
 return 1`)
 
-// OpenIndexBuilt reports whether the open index was built on this Redis.
-func (s *Store) OpenIndexBuilt(ctx context.Context) (bool, error) {
-	n, err := s.c.Do(ctx, s.c.B().Exists().Key(s.k.OpenIndexBuilt()).Build()).AsInt64()
-	if err != nil {
-		return false, fmt.Errorf("shard: read open index marker: %w", err)
+// OpenIndexBuilt returns when the open index was last built on this Redis
+// (unix ms, by the builder's clock); ok is false if it never was.
+func (s *Store) OpenIndexBuilt(ctx context.Context) (at int64, ok bool, err error) {
+	v, err := s.c.Do(ctx, s.c.B().Get().Key(s.k.OpenIndexBuilt()).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, false, nil
 	}
-	return n == 1, nil
+	if err != nil {
+		return 0, false, fmt.Errorf("shard: read open index marker: %w", err)
+	}
+	return v, true, nil
 }
 
 // BuildOpenIndex makes the open index of every partition agree with the
@@ -97,8 +103,8 @@ func (s *Store) OpenIndexBuilt(ctx context.Context) (bool, error) {
 // transitions and other builders: each entry is set only if its state is
 // still the one judged (a transition that changed it kept the index
 // itself). Stale entries (no state, or a state no longer open) are removed
-// the same way.
-func (s *Store) BuildOpenIndex(ctx context.Context, open func(state string) bool) error {
+// the same way. now is when the build started, recorded in the marker.
+func (s *Store) BuildOpenIndex(ctx context.Context, open func(state string) bool, now time.Time) error {
 	for lo := 0; lo < registryParts; lo += stateScanParts {
 		parts := make([]int, 0, stateScanParts)
 		for p := lo; p < min(lo+stateScanParts, registryParts); p++ {
@@ -136,7 +142,7 @@ func (s *Store) BuildOpenIndex(ctx context.Context, open func(state string) bool
 			}
 		}
 	}
-	if err := s.c.Do(ctx, s.c.B().Set().Key(s.k.OpenIndexBuilt()).Value("1").Build()).Error(); err != nil {
+	if err := s.c.Do(ctx, s.c.B().Set().Key(s.k.OpenIndexBuilt()).Value(strconv.FormatInt(now.UnixMilli(), 10)).Build()).Error(); err != nil {
 		return fmt.Errorf("shard: mark open index built: %w", err)
 	}
 	return nil
