@@ -213,7 +213,7 @@ func page[R any](ctx context.Context, s *Store, src scanSource, cur listCursor, 
 	for round := 0; round < listRounds && examined < listExamine; round++ {
 		room := limit - len(rows)
 		// Nearly full: another round would read a reply that hardly fits.
-		if room == 0 || round > 0 && room < limit/16 {
+		if room == 0 || round > 0 && room < limit/8 {
 			return rows, cur.encode(), nil
 		}
 		count, err := n(ctx, false)
