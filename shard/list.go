@@ -227,39 +227,54 @@ func page[R any](ctx context.Context, s *Store, src scanSource, cur listCursor, 
 		if err != nil {
 			return nil, "", err
 		}
-		var es []elem
-		for _, g := range gs {
-			es = append(es, g.es...)
-		}
-		examined += len(es)
-		kept, ok, err := keep(ctx, es)
-		if err != nil {
-			return nil, "", err
-		}
-		k := 0
-		for _, g := range gs {
-			var take []int
-			for j := k; j < k+len(g.es); j++ {
-				if ok[j] && !seen[es[j].id] {
-					take = append(take, j)
-				}
+		// The replies go through keep a chunk at a time, each chunk about
+		// what the page has room for: the replies past a full page are
+		// not looked up.
+		for lo := 0; lo < len(gs); {
+			hi, size := lo, 0
+			for hi < len(gs) && (hi == lo || size+len(gs[hi].es) <= limit-len(rows)) {
+				size += len(gs[hi].es)
+				hi++
 			}
-			k += len(g.es)
-			if len(rows)+len(take) > limit {
-				if len(rows) > 0 {
-					return rows, g.at.encode(), nil
+			var es []elem
+			for _, g := range gs[lo:hi] {
+				es = append(es, g.es...)
+			}
+			examined += len(es)
+			kept, ok, err := keep(ctx, es)
+			if err != nil {
+				return nil, "", err
+			}
+			k := 0
+			for _, g := range gs[lo:hi] {
+				var take []int
+				for j := k; j < k+len(g.es); j++ {
+					if ok[j] && !seen[es[j].id] {
+						take = append(take, j)
+					}
 				}
-				take = take[:limit]
+				k += len(g.es)
+				if len(rows)+len(take) > limit {
+					if len(rows) > 0 {
+						return rows, g.at.encode(), nil
+					}
+					take = take[:limit]
+					for _, j := range take {
+						rows = append(rows, kept[j])
+					}
+					at := g.at
+					at.After = es[take[limit-1]].id
+					return rows, at.encode(), nil
+				}
 				for _, j := range take {
+					seen[es[j].id] = true
 					rows = append(rows, kept[j])
 				}
-				at := g.at
-				at.After = es[take[limit-1]].id
-				return rows, at.encode(), nil
 			}
-			for _, j := range take {
-				seen[es[j].id] = true
-				rows = append(rows, kept[j])
+			if lo = hi; lo < len(gs) && (limit-len(rows) < max(1, limit/8) || examined >= listExamine) {
+				// (Nearly) full, or out of budget: the next page starts at
+				// the first reply not looked at.
+				return rows, gs[lo].at.encode(), nil
 			}
 		}
 		cur = next
