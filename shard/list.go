@@ -19,21 +19,31 @@ import (
 // (per registry partition) — with SCAN cursors, never a full scan per page.
 //
 // A listing visits its sources (shards or partitions) in ascending order,
-// each with ZSCAN/HSCAN. The elements of one SCAN reply are taken in id
-// order, so a page that fills in the middle of a reply ends at (source,
-// SCAN cursor of that reply, last id): the next page scans the same cursor
-// again and keeps the ids after it. SCAN returns every member present for
-// the whole iteration at least once, so an element present from the first
-// page to the last is listed; one added or removed meanwhile may or may
-// not be. A member can be listed twice when its HASH or ZSET is resized
-// between pages (duplicates are removed within a page, not across pages).
+// each with ZSCAN/HSCAN, several small ones in one round trip. A page ends
+// between two SCAN replies, at (source, SCAN cursor): the reply that did
+// not fit is read again, whole, by the next page. SCAN returns every member
+// present for the whole iteration at least once, so a member present from
+// the first page to the last is listed; one added or removed meanwhile may
+// or may not be. A member is listed twice only when its HASH or ZSET is
+// resized between two pages (duplicates are removed within a page, not
+// across pages). Only a single reply larger than the whole page is cut,
+// at an id (its members are taken in id order): exact for a small HASH or
+// ZSET, which SCAN returns whole every time; for a big one it takes a
+// limit below the few members a hash bucket holds, and then members
+// removed between the two pages may make the second skip a member.
 //
 // Watched devices are listed shard by shard. A doubling moves a device
 // from shard i only to i+N, a higher index, so a listing that reads the
-// shard count again for every page, and once more before it ends, meets a
-// moved device after its old shard: a move shows as a duplicate, never a
-// gap. While a doubling drains, a member left in its old shard is listed
-// there only if its new shard does not hold it.
+// shard count at every page, and again before it ends, meets a moved
+// device after its old shard: a move shows as a duplicate, never a gap.
+// While a doubling drains, a member left in its old shard is listed there
+// only if its new shard does not hold it.
+//
+// A page does bounded work: at most listRounds scan round trips (each
+// followed by one round trip of lookups for its rows, for devices) and
+// listExamine members read. It may hold fewer rows than its limit (a
+// filter that matches few, sources mostly empty); "next" goes on from
+// there, and only its absence says the listing is done.
 
 // MaxListLimit is the largest page a listing returns.
 const MaxListLimit = 1000
@@ -61,7 +71,7 @@ type listCursor struct {
 	Shards int    `json:"n,omitempty"`
 	Src    int    `json:"s,omitempty"` // shard or partition
 	Scan   uint64 `json:"c,omitempty"` // SCAN cursor in Src
-	After  string `json:"a,omitempty"` // ids up to this one of the reply at Scan are listed
+	After  string `json:"a,omitempty"` // the reply at Scan is listed up to this id (a cut reply)
 }
 
 func (c listCursor) encode() string {
@@ -92,11 +102,10 @@ func decodeCursor(s string, kinds ...string) (listCursor, error) {
 var listTrips atomic.Int64
 
 // elem is one member a scan read: its id and value (score or HASH value),
-// and the SCAN position it came from.
+// and the source it came from.
 type elem struct {
 	id, val string
 	src     int
-	scan    uint64
 }
 
 // scanSource names the sources of one listing.
@@ -121,8 +130,8 @@ type group struct {
 // is set when no source is left. Replies after one whose source is not
 // finished are dropped (the position cannot skip past it), so such a
 // source sets width to 1; a round whose sources all finished widens it
-// fourfold, up to maxWidth: small sources (the lost marks of a healthy fleet) go many
-// to a round trip, big ones one at a time.
+// fourfold, up to maxWidth: small sources (the lost marks of a healthy
+// fleet) go many to a round trip, big ones one at a time.
 func (s *Store) scanRound(ctx context.Context, src scanSource, pos listCursor, n int, count int64, width *int, maxWidth int) ([]group, listCursor, bool, error) {
 	if pos.Src >= n {
 		return nil, pos, true, nil
@@ -168,7 +177,7 @@ func (s *Store) scanRound(ctx context.Context, src scanSource, pos listCursor, n
 			if at.After != "" && id <= at.After {
 				continue
 			}
-			g.es = append(g.es, elem{id: id, val: e.Elements[k+1], src: srcs[j], scan: at.Scan})
+			g.es = append(g.es, elem{id: id, val: e.Elements[k+1], src: srcs[j]})
 		}
 		slices.SortFunc(g.es, func(a, b elem) int { return strings.Compare(a.id, b.id) })
 		out = append(out, g)
@@ -185,10 +194,7 @@ func (s *Store) scanRound(ctx context.Context, src scanSource, pos listCursor, n
 	return out, next, next.Src >= n, nil
 }
 
-// Per request, a listing makes at most listRounds scan round trips and
-// reads at most listExamine members: a page may hold fewer rows than its
-// limit (a filter that matches few, many empty sources); its next cursor
-// goes on from there.
+// The work of one page (see the top of this file).
 const (
 	listRounds  = 8
 	listExamine = 20000
