@@ -101,12 +101,12 @@ type listFlags struct {
 	all, json                      *bool
 }
 
-func newListFlags(name string) (*flag.FlagSet, listFlags) {
+func newListFlags(name, states string) (*flag.FlagSet, listFlags) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	var f listFlags
 	f.api, f.token = apiFlags(fs)
-	f.state = fs.String("state", "", "list only this state")
-	f.typ = fs.String("type", "", "list only devices of this type")
+	f.state = fs.String("state", "", "list only this state: "+states)
+	f.typ = fs.String("type", "", "list only (the alarms of) devices of this type")
 	f.limit = fs.Int("limit", 100, "rows per page (at most 1000)")
 	f.cursor = fs.String("cursor", "", "start at this page (the \"next\" of the previous one)")
 	f.all = fs.Bool("all", false, "follow the pages to the end")
@@ -173,7 +173,7 @@ func getAPI(ctx context.Context, u, token string) ([]byte, error) {
 
 // cmdDeviceList is `sigwatch device ls`.
 func cmdDeviceList(ctx context.Context, args []string, stdout io.Writer) error {
-	fs, f := newListFlags("device ls")
+	fs, f := newListFlags("device ls", "lost or watched (default: every known device, the watched first)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -217,7 +217,7 @@ func cmdAlarm(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 || args[0] != "ls" {
 		return errors.New(use)
 	}
-	fs, f := newListFlags("alarm ls")
+	fs, f := newListFlags("alarm ls", "active, acked, muted or flapping (default: every open alarm)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
