@@ -99,15 +99,17 @@ func (s *Store) OpenIndexBuilt(ctx context.Context) (at int64, ok bool, err erro
 
 // BuildOpenIndex makes the open index of every partition agree with the
 // states, judging each with open, and then marks it built. It scans every
-// state once, stateScanParts partitions a round trip, and may run beside
-// transitions and other builders: each entry is set only if its state is
-// still the one judged (a transition that changed it kept the index
-// itself). Stale entries (no state, or a state no longer open) are removed
-// the same way. now is when the build started, recorded in the marker.
+// state once, 32 partitions at a time, and may run beside transitions and
+// other builders: each entry is set only if its state is still the one
+// judged (a transition that changed it kept the index itself). Stale
+// entries (no state, or a state no longer open) are removed the same way.
+// now is when the build started, recorded in the marker.
 func (s *Store) BuildOpenIndex(ctx context.Context, open func(state string) bool, now time.Time) error {
-	for lo := 0; lo < registryParts; lo += stateScanParts {
-		parts := make([]int, 0, stateScanParts)
-		for p := lo; p < min(lo+stateScanParts, registryParts); p++ {
+	// A few partitions at a time: their states are held in memory.
+	const batch = 32
+	for lo := 0; lo < registryParts; lo += batch {
+		parts := make([]int, 0, batch)
+		for p := lo; p < min(lo+batch, registryParts); p++ {
 			parts = append(parts, p)
 		}
 		states, indexed := map[string]string{}, map[string]string{}
