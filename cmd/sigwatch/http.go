@@ -24,6 +24,8 @@ func (a *App) routes() http.Handler {
 	mux.HandleFunc("GET /readyz", a.readyz)
 
 	v1 := http.NewServeMux()
+	v1.HandleFunc("GET /v1/devices", a.getDevices)
+	v1.HandleFunc("GET /v1/alarms", a.withAlarms(a.getAlarms))
 	v1.HandleFunc("GET /v1/devices/{id}", a.getDevice)
 	v1.HandleFunc("DELETE /v1/devices/{id}", a.deleteDevice)
 	v1.HandleFunc("PUT /v1/devices/{id}/threshold", a.putThreshold)
