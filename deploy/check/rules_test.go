@@ -9,11 +9,9 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
-	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
-	"github.com/prometheus/prometheus/promql/promqltest"
-	"github.com/prometheus/prometheus/rules"
+	"github.com/prometheus/prometheus/promql"
 )
 
 const alertsFile = "../prometheus/alerts.yml"
@@ -138,7 +136,7 @@ func fireLag(fast, slow int) string {
 // once a minute, on the stories above: each rule fires on the condition it
 // names and stays quiet on a healthy fleet, with or without MQTT.
 func TestAlertRules(t *testing.T) {
-	p := parser.NewParser(promqltest.TestParserOpts)
+	p := parser.NewParser(parser.Options{})
 	groups, errs := rulefmt.ParseFile(alertsFile, false, model.UTF8Validation, p, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	for _, err := range errs {
 		t.Fatal(err)
@@ -192,35 +190,47 @@ func TestAlertRules(t *testing.T) {
 // TestOldNoIngestFiresOnHTTPOnlyFleets shows the fault the new SigwatchNoIngest
 // fixes: the old rule fires forever on a fleet without MQTT.
 func TestOldNoIngestFiresOnHTTPOnlyFleets(t *testing.T) {
-	p := parser.NewParser(promqltest.TestParserOpts)
+	p := parser.NewParser(parser.Options{})
 	if !firing(t, p, oldRules["old SigwatchNoIngest"], httpOnly, 60*time.Minute) {
 		t.Errorf("the old SigwatchNoIngest does not fire on an HTTP-only fleet; the story does not show the fault")
 	}
 }
 
-// firing evaluates r every minute from 0 to at on series and reports
-// whether it has a firing alert at the end.
+// firing evaluates r every minute from 0 to at on series, as Prometheus's
+// rule manager does, and reports whether it fires at the end: the
+// expression has held a result at every evaluation for at least r.For.
 func firing(t *testing.T, p parser.Parser, r rulefmt.Rule, series string, at time.Duration) bool {
 	t.Helper()
-	storage := promqltest.LoadedStorage(t, "load 1m\n"+series)
-	engine := promqltest.NewTestEngine(t, false, 0, promqltest.DefaultMaxSamplesPerQuery)
-	expr, err := p.ParseExpr(r.Expr)
+	store, err := loadSeries(p, series, time.Minute)
 	if err != nil {
+		t.Fatal(err)
+	}
+	engine := promql.NewEngine(promql.EngineOpts{MaxSamples: 1e6, Timeout: time.Minute, LookbackDelta: 5 * time.Minute})
+	if _, err := p.ParseExpr(r.Expr); err != nil {
 		t.Fatalf("%s: %v", r.Alert, err)
 	}
-	rule := rules.NewAlertingRule(r.Alert, expr, time.Duration(r.For), time.Duration(r.KeepFiringFor),
-		labels.FromMap(r.Labels), labels.FromMap(r.Annotations), labels.EmptyLabels(), "", true, nil)
-	query := rules.EngineQueryFunc(engine, storage)
 	start := time.Unix(0, 0).UTC()
+	var since time.Time // start of the current run of evaluations with a result
 	for ts := start; !ts.After(start.Add(at)); ts = ts.Add(time.Minute) {
-		if _, err := rule.Eval(context.Background(), 0, ts, query, nil, 0); err != nil {
+		q, err := engine.NewInstantQuery(context.Background(), store.queryable(), nil, r.Expr, ts)
+		if err != nil {
+			t.Fatalf("%s: %v", r.Alert, err)
+		}
+		res := q.Exec(context.Background())
+		if res.Err != nil {
+			t.Fatalf("%s at %v: %v", r.Alert, ts.Sub(start), res.Err)
+		}
+		v, err := res.Vector()
+		q.Close()
+		if err != nil {
 			t.Fatalf("%s at %v: %v", r.Alert, ts.Sub(start), err)
 		}
-	}
-	for _, a := range rule.ActiveAlerts() {
-		if a.State == rules.StateFiring {
-			return true
+		switch {
+		case len(v) == 0:
+			since = time.Time{}
+		case since.IsZero():
+			since = ts
 		}
 	}
-	return false
+	return !since.IsZero() && start.Add(at).Sub(since) >= time.Duration(r.For)
 }
