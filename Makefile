@@ -16,11 +16,13 @@ build:
 
 # The demo is built only with the demo tag (it embeds nats-server), and bench/ is its own module
 # (its load generators and baselines need asynq, pgx and go-redis, the service does not): vet and
-# lint cover both.
+# lint cover both. deploy/check is a test-only module too: it evaluates the alert rules with
+# Prometheus's own packages, which the service does not import.
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags demo ./cmd/sigwatch
 	cd bench && $(GO) vet ./...
+	cd deploy/check && $(GO) vet ./...
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
@@ -28,6 +30,7 @@ lint: vet
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) run $(STATICCHECK) -tags demo ./cmd/sigwatch
 	cd bench && $(GO) run $(STATICCHECK) ./...
+	cd deploy/check && $(GO) run $(STATICCHECK) ./...
 
 # FUZZ lists package:target pairs; `make test` runs each briefly, `make fuzz` longer.
 FUZZ := ./ingest:FuzzParseTopic ./ingest:FuzzParseTimestamp ./dispatch:FuzzSanitizeType ./dispatch:FuzzNewInvalid
@@ -38,6 +41,7 @@ FUZZTIME ?= 10s
 test: deps lint
 	$(GO) test -race -count=1 -timeout 15m ./...
 	cd bench && $(GO) test -race -count=1 -timeout 12m ./...
+	cd deploy/check && $(GO) test -race -count=1 -timeout 5m ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
 # demo starts Redis, Mosquitto and NATS on random local ports and runs sigwatch against them.

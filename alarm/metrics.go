@@ -79,10 +79,14 @@ func (m *metrics) set(c counts) {
 	m.flapping.Set(float64(c.flapping))
 }
 
-// count reads every alarm state and counts the open alarms.
+// count counts the open alarms from the open-alarm index: the idle states
+// of every device that ever alarmed are not read.
 func (a *Alarms) count(ctx context.Context) (counts, error) {
+	if err := a.ensureIndex(ctx, true); err != nil {
+		return counts{}, fmt.Errorf("alarm: count alarms: %w", err)
+	}
 	var out counts
-	err := a.store.ScanStates(ctx, func(_, v string) {
+	err := a.store.OpenStates(ctx, func(_, v string) {
 		var st struct {
 			Phase      Phase `json:"phase"`
 			AckedUntil int64 `json:"acked_until"`

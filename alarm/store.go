@@ -42,7 +42,7 @@ func (a *Alarms) cas(ctx context.Context, id string, old stored, next State) (st
 	if err != nil {
 		return stored{}, false, fmt.Errorf("alarm: encode state of %s: %w", id, err)
 	}
-	ok, err := a.store.CompareAndSwapState(ctx, id, old.raw, string(b))
+	ok, err := a.store.CompareAndSwapState(ctx, id, old.raw, string(b), next.Phase != Idle)
 	if err != nil {
 		return stored{}, false, fmt.Errorf("alarm: write state of %s: %w", id, err)
 	}
@@ -94,7 +94,7 @@ func (a *Alarms) PutBack(ctx context.Context, id, raw string) error {
 		if old.raw != "" && old.Version >= st.Version {
 			return nil
 		}
-		ok, err := a.store.CompareAndSwapState(ctx, id, old.raw, raw)
+		ok, err := a.store.CompareAndSwapState(ctx, id, old.raw, raw, st.Phase != Idle)
 		if err != nil {
 			return fmt.Errorf("alarm: write state of %s: %w", id, err)
 		}

@@ -55,17 +55,26 @@ func newMetrics(in *Ingest) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "watermark_age_seconds",
 			Help: "Seconds since the watermark this instance last stored (since start before the first)."},
 			func() float64 { return in.wm.age(in.opts.Now()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "broker_dropped_messages",
-			Help: "Messages the MQTT broker reports it dropped ($SYS/broker/publish/messages/dropped; -1 if the broker does not say)."},
-			func() float64 { return float64(in.src.brokerDropped.Load()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "connected",
-			Help: "1 while connected to the MQTT broker."},
-			func() float64 {
-				if len(in.opts.Brokers) > 0 && in.Connected() {
-					return 1
-				}
-				return 0
-			}),
+	}
+	// The MQTT metrics exist only where MQTT is configured, so that an
+	// alert on them never fires for a fleet that sends over HTTP only.
+	if len(in.opts.Brokers) > 0 {
+		gauges = append(gauges,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "broker_dropped_total",
+				Help: "Messages the MQTT broker dropped while this process listened: the increases of its $SYS/broker/publish/messages/dropped " +
+					"from one report to the next (the first report on each connection, and a lower count after a broker restart, are baselines)."},
+				func() float64 { return float64(in.src.droppedSeen.Load()) }),
+			knownGauge{desc: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "broker_dropped_messages"),
+				"The MQTT broker's own count of messages it dropped ($SYS/broker/publish/messages/dropped) since it started; absent until it reports.", nil, nil),
+				value: func() (float64, bool) { n := in.src.brokerDropped.Load(); return float64(n), n >= 0 }},
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "connected",
+				Help: "1 while connected to the MQTT broker and subscribed; absent where no broker is configured."},
+				func() float64 {
+					if in.Connected() {
+						return 1
+					}
+					return 0
+				}))
 	}
 	m.all = append([]prometheus.Collector{m.signals, m.resets, invalid, m.unforwarded, m.newDevices, m.recovered,
 		m.stale, m.storeErrors, m.batchSize, m.storeLatency}, gauges...)
@@ -83,4 +92,18 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		}
 	}
 	return nil
+}
+
+// knownGauge is a gauge exported only while value knows it.
+type knownGauge struct {
+	desc  *prometheus.Desc
+	value func() (float64, bool)
+}
+
+func (g knownGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+func (g knownGauge) Collect(ch chan<- prometheus.Metric) {
+	if v, ok := g.value(); ok {
+		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v)
+	}
 }

@@ -67,6 +67,11 @@ type source struct {
 	// brokerDropped is the broker's own count of messages it dropped
 	// (Mosquitto's $SYS/broker/publish/messages/dropped), -1 if unknown.
 	brokerDropped atomic.Int64
+	// dropBase is the broker's count at its last report on this
+	// connection, -1 before the first; droppedSeen sums the increases from
+	// one report to the next, so drops from before this process connected,
+	// or before a broker restart reset the count, are never counted.
+	dropBase, droppedSeen atomic.Int64
 	// join records this member in its shared group's watermark before it
 	// subscribes (set by New; nil without a group).
 	join func(ctx context.Context, ms int64) error
@@ -79,6 +84,7 @@ func newSource(opts *Options, pipe *pipeline, dead *deadLetters, log *slog.Logge
 	s := &source{opts: opts, log: log, pipe: pipe, dead: dead, connLog: ratelog.New(time.Minute, opts.Now),
 		refused: make(chan error, 1)}
 	s.brokerDropped.Store(-1)
+	s.dropBase.Store(-1)
 	s.back.any = make([]int64, len(opts.probes))
 	s.back.current = make([]int64, len(opts.probes))
 	return s
@@ -297,6 +303,9 @@ func (s *source) clientOptions() *mqtt.ClientOptions {
 // (OrderedBroker), it must show it is Mosquitto first, on every connection
 // (the brokers listed may differ).
 func (s *source) onConnect(c mqtt.Client) {
+	// The broker's first report on this connection is a new baseline:
+	// it may be another broker, or the same one restarted.
+	s.dropBase.Store(-1)
 	if s.opts.ordered != "" && !s.opts.OrderedBroker {
 		ok, err := s.identify(c)
 		if err != nil {
@@ -434,7 +443,10 @@ func (s *source) onDropped(_ mqtt.Client, m mqtt.Message) {
 	if err != nil {
 		return
 	}
-	if old := s.brokerDropped.Swap(n); old >= 0 && n > old {
+	s.brokerDropped.Store(n)
+	// A lower count is a restarted broker: a new baseline, not a decrease.
+	if old := s.dropBase.Swap(n); old >= 0 && n > old {
+		s.droppedSeen.Add(n - old)
 		s.log.Warn("the MQTT broker dropped messages: raise max_queued_messages (see deploy/local/mosquitto.conf)",
 			"dropped_total", n, "new", n-old)
 	}

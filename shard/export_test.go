@@ -1,6 +1,10 @@
 package shard
 
-import "context"
+import (
+	"context"
+
+	"github.com/redis/rueidis"
+)
 
 // This file gives the tests of package shard_test what only tests need.
 
@@ -22,4 +26,23 @@ func (s *Store) Layout(ctx context.Context, i int) (shards int, floor int64, err
 // ExpireLease deletes shard i's lease, as its expiry would.
 func (s *Store) ExpireLease(ctx context.Context, i int) error {
 	return s.c.Do(ctx, s.c.B().Del().Key(s.k.Owner(i)).Build()).Error()
+}
+
+// ListTrips returns the round trips listings made so far in this process.
+func ListTrips() int64 { return listTrips.Load() }
+
+// DropOpenIndex deletes the open-alarm index and its marker, as on an
+// installation from before the index, leaving a stray entry for stray.
+func (s *Store) DropOpenIndex(ctx context.Context, stray string) error {
+	cmds := []rueidis.Completed{s.c.B().Del().Key(s.k.OpenIndexBuilt()).Build()}
+	for p := range registryParts {
+		cmds = append(cmds, s.c.B().Del().Key(s.k.partKeyAt(p, openName)).Build())
+	}
+	cmds = append(cmds, s.c.B().Hset().Key(s.k.open(stray)).FieldValue().FieldValue(stray, "stray").Build())
+	for _, r := range s.c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

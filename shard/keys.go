@@ -146,3 +146,16 @@ func (k Keys) state(id string) string { return k.partKey(id, stateName) }
 // see reports.go): what each counted over its last minute, for fleet-wide
 // stats.
 func (k Keys) Reports() string { return k.meta("reports") }
+
+// openName names the HASH of the open alarms (id -> state) in each registry
+// partition: an index of the non-idle states, kept by the same scripts that
+// write them, so that listing and counting open alarms reads only them.
+const openName = "open"
+
+// open is the open-alarm index of id's partition.
+func (k Keys) open(id string) string { return k.partKey(id, openName) }
+
+// OpenIndexBuilt says the open-alarm index was built from the states once;
+// from then on every state write keeps it. It lives with the meta keys, so
+// a Redis that lost them builds it again.
+func (k Keys) OpenIndexBuilt() string { return k.meta("open:built") }

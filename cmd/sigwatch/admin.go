@@ -49,11 +49,14 @@ func parseAll(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // cmdDevice talks to a running sigwatch's HTTP API.
 func cmdDevice(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) > 0 && args[0] == "ls" {
+		return cmdDeviceList(ctx, args[1:], stdout)
+	}
 	fs := flag.NewFlagSet("device", flag.ContinueOnError)
 	api, token := apiFlags(fs)
 	ackFor := fs.String("for", "", "ack: pause the alarm's repeats for this long (e.g. 30m) instead of resolving it")
 	ackUntil := fs.String("until", "", "ack: pause the alarm's repeats until this time (RFC 3339 or unix ms)")
-	const use = "usage: sigwatch device [--api URL] get|rm <id> | threshold <id> <duration> | ack <id> [--for 30m | --until T]"
+	const use = "usage: sigwatch device [--api URL] get|rm <id> | threshold <id> <duration> | ack <id> [--for 30m | --until T] | ls [--state lost|watched] [--type T] [--all] [--json]"
 	verb, pos, err := verbArgs(fs, args, use)
 	if err != nil {
 		return err

@@ -27,6 +27,8 @@ func (a *App) routes() http.Handler {
 	mux.Handle("GET /ui/", statuspage.Handler())
 
 	v1 := http.NewServeMux()
+	v1.HandleFunc("GET /v1/devices", a.getDevices)
+	v1.HandleFunc("GET /v1/alarms", a.withAlarms(a.getAlarms))
 	v1.HandleFunc("GET /v1/devices/{id}", a.getDevice)
 	v1.HandleFunc("DELETE /v1/devices/{id}", a.deleteDevice)
 	v1.HandleFunc("PUT /v1/devices/{id}/threshold", a.putThreshold)

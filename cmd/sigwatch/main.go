@@ -22,7 +22,8 @@ commands:
   demo       run on embedded Redis, MQTT and NATS with a simulated fleet (make demo)
   simulate   publish a simulated fleet's signals to an MQTT broker
   shards     status|double: topology, drain progress, sizes, owners; start a doubling
-  device     get|rm|threshold|ack <id>: one device, through the HTTP API
+  device     get|rm|threshold|ack <id>: one device; ls [--state lost]: pages of devices (HTTP API)
+  alarm      ls [--state active|acked|muted|flapping]: the open alarms, through the HTTP API
   mute       add|ls|rm: mute the alarms of a device or a type for a while
   stats      fleet counters, rates, fire lag, watermark, shards, through the HTTP API
   version    print the version
@@ -61,6 +62,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdMute(ctx, args[1:], stdout)
 	case "stats":
 		err = cmdStats(ctx, args[1:], stdout)
+	case "alarm":
+		err = cmdAlarm(ctx, args[1:], stdout)
 	case "version":
 		fmt.Fprintln(stdout, "sigwatch", version)
 	case "help", "-h", "--help":

@@ -117,6 +117,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.reg.MustRegister(natsConnected(a.pub))
 	if a.pub.Mode() == dispatch.JetStream {
 		if a.registry, err = a.pub.OpenRegistry(ctx); err != nil {
 			return nil, err

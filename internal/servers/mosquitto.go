@@ -17,6 +17,9 @@ type MosquittoOptions struct {
 	// TLS, when set, makes the listener speak only TLS with these files (clients are not asked
 	// for certificates), and URL is ssl://host:port.
 	TLS *TLSFiles
+	// MaxQueuedMessages, when above 0, is the broker's max_queued_messages: a session's queue
+	// beyond it is dropped (and counted in $SYS), as with Mosquitto's own default of 1000.
+	MaxQueuedMessages int
 }
 
 // Mosquitto is a mosquitto broker child process listening on 127.0.0.1.
@@ -90,7 +93,7 @@ func (m *Mosquitto) writeConf(port int) error {
 	b.WriteString("persistence true\n")
 	fmt.Fprintf(&b, "persistence_location %s/\n", m.Dir)
 	b.WriteString("max_inflight_messages 1000\n")
-	b.WriteString("max_queued_messages 0\n")
+	fmt.Fprintf(&b, "max_queued_messages %d\n", m.opts.MaxQueuedMessages)
 	b.WriteString("sys_interval 1\n")
 	b.WriteString("log_dest stderr\n")
 	if os.Geteuid() == 0 {

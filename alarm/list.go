@@ -1,0 +1,149 @@
+package alarm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// The states an open alarm is listed under. Muted is not a phase: an alarm
+// of any of the others is also muted while a mute covers it.
+const (
+	ListActive   = "active" // raised and repeating (View state raised)
+	ListAcked    = "acked"  // repeats paused by an ack with an end
+	ListFlapping = Flapping
+	ListMuted    = "muted"
+)
+
+// Listed is one row of the open-alarm listing.
+type Listed struct {
+	Device     string `json:"device"`
+	Type       string `json:"type"`
+	State      string `json:"state"` // active, acked or flapping
+	Since      int64  `json:"since"`
+	Count      int    `json:"count"`
+	NextRepeat int64  `json:"next_repeat,omitempty"`
+	AckedUntil int64  `json:"acked_until,omitempty"`
+	// Muted says a mute covers the alarm now; Mute is its id.
+	Muted bool   `json:"muted,omitempty"`
+	Mute  string `json:"mute,omitempty"`
+}
+
+// Query selects a page of open alarms: State one of ListActive, ListAcked,
+// ListFlapping, ListMuted or "" (every open alarm), Type a type to keep (""
+// any), Limit at most shard.MaxListLimit (0: 100), Cursor the "next" of the
+// previous page.
+type Query struct {
+	State, Type, Cursor string
+	Limit               int
+}
+
+// ErrBadQuery is returned for a listing query out of range.
+var ErrBadQuery = errors.New("alarm: bad listing query")
+
+// isOpen says whether a stored state belongs in the open index.
+func isOpen(raw string) bool {
+	var st struct {
+		Phase Phase `json:"phase"`
+	}
+	return json.Unmarshal([]byte(raw), &st) == nil && st.Phase != Idle
+}
+
+// indexMu serialises this process's builds of the open index.
+var indexMu sync.Mutex
+
+// rebuildEvery is how often the replica that counts the open alarms builds
+// the open index again from every state: it heals what a writer that does
+// not keep the index (a replica of an older version, during a rolling
+// upgrade) left out, at a small fraction of what counting from every state
+// cost.
+const rebuildEvery = time.Hour
+
+// ensureIndex builds the open-alarm index if this Redis has none yet (an
+// installation from before it, or a Redis that lost its meta keys) or, with
+// stale set, if it was built longer than rebuildEvery ago.
+func (a *Alarms) ensureIndex(ctx context.Context, stale bool) error {
+	due := func() (bool, error) {
+		at, built, err := a.store.OpenIndexBuilt(ctx)
+		return err == nil && (!built || stale && a.opts.Now().Sub(time.UnixMilli(at)) > rebuildEvery), err
+	}
+	if ok, err := due(); err != nil || !ok {
+		return err
+	}
+	indexMu.Lock()
+	defer indexMu.Unlock()
+	if ok, err := due(); err != nil || !ok {
+		return err
+	}
+	a.log.Info("building the index of open alarms from every alarm state")
+	return a.store.BuildOpenIndex(ctx, isOpen, a.opts.Now())
+}
+
+// listed is the row of an open state, and whether it is open at all.
+func listed(id string, st State, mutes []Mute, now int64) (Listed, bool) {
+	l := Listed{Device: id, Type: st.Type, Since: st.Since, Count: st.Count}
+	switch {
+	case st.Phase == Damped:
+		l.State = ListFlapping
+	case st.Phase == Active && st.AckedUntil > 0:
+		l.State, l.AckedUntil = ListAcked, st.AckedUntil
+	case st.Phase == Active:
+		l.State, l.NextRepeat = ListActive, st.Next
+	default:
+		return l, false
+	}
+	for _, m := range mutes {
+		if m.Covers(id, st.Type, now) {
+			l.Muted, l.Mute = true, m.ID
+			break
+		}
+	}
+	return l, true
+}
+
+// List returns one page of open alarms and the cursor of the next page (""
+// on the last). It pages over the open-alarm index, never over the idle
+// states; paging guarantees are shard's (see shard/list.go).
+func (a *Alarms) List(ctx context.Context, q Query) ([]Listed, string, error) {
+	switch q.State {
+	case "", ListActive, ListAcked, ListFlapping, ListMuted:
+	default:
+		return nil, "", fmt.Errorf("%w: state %q: give active, acked, muted or flapping, or none for every open alarm", ErrBadQuery, q.State)
+	}
+	if err := a.ensureIndex(ctx, false); err != nil {
+		return nil, "", err
+	}
+	mutes, err := a.readMutes(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	now := a.opts.Now().UnixMilli()
+	row := func(id, raw string) (Listed, bool) {
+		var st State
+		if json.Unmarshal([]byte(raw), &st) != nil {
+			return Listed{}, false
+		}
+		l, ok := listed(id, st, mutes, now)
+		if !ok || q.Type != "" && st.Type != q.Type ||
+			q.State == ListMuted && !l.Muted || q.State != "" && q.State != ListMuted && l.State != q.State {
+			return Listed{}, false
+		}
+		return l, true
+	}
+	entries, next, err := a.store.ListOpen(ctx, shard.OpenQuery{Cursor: q.Cursor, Limit: q.Limit,
+		Keep: func(id, raw string) bool { _, ok := row(id, raw); return ok }})
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]Listed, 0, len(entries))
+	for _, e := range entries {
+		l, _ := row(e.ID, e.State)
+		out = append(out, l)
+	}
+	return out, next, nil
+}

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sigwatch/sigwatch/alarm"
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// deviceList is the body of GET /v1/devices.
+type deviceList struct {
+	Devices []shard.ListedDevice `json:"devices"`
+	Next    string               `json:"next,omitempty"`
+}
+
+// alarmList is the body of GET /v1/alarms.
+type alarmList struct {
+	Alarms []alarm.Listed `json:"alarms"`
+	Next   string         `json:"next,omitempty"`
+}
+
+// listLimit reads the limit of a listing: 1 to shard.MaxListLimit, 100
+// when absent.
+func listLimit(r *http.Request) (int, error) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return 100, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > shard.MaxListLimit {
+		return 0, fmt.Errorf("limit %q: give a number from 1 to %d", v, shard.MaxListLimit)
+	}
+	return n, nil
+}
+
+// listErr answers a listing's error: a query or cursor the caller got
+// wrong is 400, anything else what errStatus says.
+func listErr(w http.ResponseWriter, err error) {
+	if errors.Is(err, shard.ErrBadCursor) || errors.Is(err, shard.ErrBadQuery) || errors.Is(err, alarm.ErrBadQuery) {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeErr(w, err)
+}
+
+// getDevices is GET /v1/devices?state=lost|watched&type=T&limit=N&cursor=C:
+// one page of devices and the cursor of the next ("next", absent on the
+// last page). Without state it lists every known device, the watched ones
+// first.
+func (a *App) getDevices(w http.ResponseWriter, r *http.Request) {
+	limit, err := listLimit(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	q := r.URL.Query()
+	rows, next, err := a.devices.List(r.Context(), shard.DeviceQuery{State: q.Get("state"), Type: q.Get("type"),
+		Cursor: q.Get("cursor"), Limit: limit})
+	if err != nil {
+		listErr(w, err)
+		return
+	}
+	if rows == nil {
+		rows = []shard.ListedDevice{}
+	}
+	writeJSON(w, http.StatusOK, deviceList{Devices: rows, Next: next})
+}
+
+// getAlarms is GET /v1/alarms?state=active|acked|muted|flapping&type=T&
+// limit=N&cursor=C: one page of open alarms, as getDevices pages.
+func (a *App) getAlarms(w http.ResponseWriter, r *http.Request) {
+	limit, err := listLimit(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	q := r.URL.Query()
+	rows, next, err := a.alarms.List(r.Context(), alarm.Query{State: q.Get("state"), Type: q.Get("type"),
+		Cursor: q.Get("cursor"), Limit: limit})
+	if err != nil {
+		listErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, alarmList{Alarms: rows, Next: next})
+}
+
+// listFlags are the flags of `device ls` and `alarm ls`.
+type listFlags struct {
+	api, token, state, typ, cursor *string
+	limit                          *int
+	all, json                      *bool
+}
+
+func newListFlags(name, states string) (*flag.FlagSet, listFlags) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	var f listFlags
+	f.api, f.token = apiFlags(fs)
+	f.state = fs.String("state", "", "list only this state: "+states)
+	f.typ = fs.String("type", "", "list only (the alarms of) devices of this type")
+	f.limit = fs.Int("limit", 100, "rows per page (at most 1000)")
+	f.cursor = fs.String("cursor", "", "start at this page (the \"next\" of the previous one)")
+	f.all = fs.Bool("all", false, "follow the pages to the end")
+	f.json = fs.Bool("json", false, "print JSON")
+	return fs, f
+}
+
+// pages fetches path's pages with f's query, one or, with --all, every
+// one, and calls add with each page's body; it returns the last "next".
+func (f listFlags) pages(ctx context.Context, path string, add func(body []byte) (next string, err error)) (string, error) {
+	cursor := *f.cursor
+	for {
+		q := url.Values{}
+		for k, v := range map[string]string{"state": *f.state, "type": *f.typ, "cursor": cursor} {
+			if v != "" {
+				q.Set(k, v)
+			}
+		}
+		q.Set("limit", strconv.Itoa(*f.limit))
+		body, err := getAPI(ctx, *f.api+path+"?"+q.Encode(), *f.token)
+		if err != nil {
+			return "", err
+		}
+		next, err := add(body)
+		if err != nil {
+			return "", err
+		}
+		if next == "" || !*f.all {
+			return next, nil
+		}
+		cursor = next
+	}
+}
+
+// getAPI is a GET of u through the API, its body when it succeeds.
+func getAPI(ctx context.Context, u, token string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w (is sigwatch running with the api role? set --api)", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			return nil, fmt.Errorf("%s: %s", resp.Status, e.Error)
+		}
+		return nil, fmt.Errorf("%s: %s", resp.Status, b)
+	}
+	return b, nil
+}
+
+// cmdDeviceList is `sigwatch device ls`.
+func cmdDeviceList(ctx context.Context, args []string, stdout io.Writer) error {
+	fs, f := newListFlags("device ls", "lost or watched (default: every known device, the watched first)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return errors.New("usage: sigwatch device ls [--state lost|watched] [--type T] [--limit N] [--cursor C] [--all] [--json]")
+	}
+	var all deviceList
+	next, err := f.pages(ctx, "/v1/devices", func(body []byte) (string, error) {
+		var p deviceList
+		if err := json.Unmarshal(body, &p); err != nil {
+			return "", fmt.Errorf("reading the device list: %w", err)
+		}
+		all.Devices = append(all.Devices, p.Devices...)
+		return p.Next, nil
+	})
+	if err != nil {
+		return err
+	}
+	all.Next = next
+	if all.Devices == nil {
+		all.Devices = []shard.ListedDevice{}
+	}
+	if *f.json {
+		return printJSON(stdout, all)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DEVICE\tTYPE\tSTATE\tLAST SEEN\tDEADLINE\tLOST AT\tTHRESHOLD")
+	for _, d := range all.Devices {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Device, orDash(d.Type), d.State, msTime(d.LastSeen),
+			msTime(d.Deadline), msTime(d.LostAt), time.Duration(d.ThresholdMS)*time.Millisecond)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printNext(stdout, next)
+}
+
+// cmdAlarm is `sigwatch alarm ls`.
+func cmdAlarm(ctx context.Context, args []string, stdout io.Writer) error {
+	const use = "usage: sigwatch alarm ls [--state active|acked|muted|flapping] [--type T] [--limit N] [--cursor C] [--all] [--json]"
+	if len(args) == 0 || args[0] != "ls" {
+		return errors.New(use)
+	}
+	fs, f := newListFlags("alarm ls", "active, acked, muted or flapping (default: every open alarm)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return errors.New(use)
+	}
+	var all alarmList
+	next, err := f.pages(ctx, "/v1/alarms", func(body []byte) (string, error) {
+		var p alarmList
+		if err := json.Unmarshal(body, &p); err != nil {
+			return "", fmt.Errorf("reading the alarm list: %w", err)
+		}
+		all.Alarms = append(all.Alarms, p.Alarms...)
+		return p.Next, nil
+	})
+	if err != nil {
+		return err
+	}
+	all.Next = next
+	if all.Alarms == nil {
+		all.Alarms = []alarm.Listed{}
+	}
+	if *f.json {
+		return printJSON(stdout, all)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DEVICE\tTYPE\tSTATE\tSINCE\tREPEATS\tNEXT REPEAT\tACKED UNTIL\tMUTE")
+	for _, l := range all.Alarms {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", l.Device, orDash(l.Type), l.State, msTime(l.Since), l.Count,
+			msTime(l.NextRepeat), msTime(l.AckedUntil), orDash(l.Mute))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printNext(stdout, next)
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// printNext tells how to get the next page, if there is one.
+func printNext(w io.Writer, next string) error {
+	if next == "" {
+		return nil
+	}
+	_, err := fmt.Fprintf(w, "\nmore: --cursor %s (or --all)\n", next)
+	return err
+}
+
+// msTime shows a unix ms time in UTC, "-" for none.
+func msTime(ms int64) string {
+	if ms <= 0 {
+		return "-"
+	}
+	return time.UnixMilli(ms).UTC().Format(time.RFC3339)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
