@@ -125,13 +125,14 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
   mqtt    %s (%s)
   nats    %s (JetStream stream SIGWATCH)
   http    http://%s  (/metrics, /v1/shards, /v1/devices/{id})
+  status  http://%s/  (the status page: open it in a browser)
 
 %d simulated devices signal every second; a few go silent for %v at a time.
 Threshold %v: a silent device is reported lost on sigwatch.lost.<type>, and
 sigwatch.recovered.<type> when it comes back; its alarm on sigwatch.alarm.<type>
 is raised, repeated every threshold while it stays silent, and resolved.
 
-`, rd.Addr, brokerURL, brokerName, ns.URL, app.HTTPAddr(), *devices, 2**threshold, *threshold)
+`, rd.Addr, brokerURL, brokerName, ns.URL, app.HTTPAddr(), app.HTTPAddr(), *devices, 2**threshold, *threshold)
 
 	start := time.Now()
 	tick := time.NewTicker(time.Second)

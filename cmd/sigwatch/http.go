@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sigwatch/sigwatch/alarm"
 	"github.com/sigwatch/sigwatch/ingest"
+	"github.com/sigwatch/sigwatch/internal/statuspage"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -22,6 +23,8 @@ func (a *App) routes() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", a.readyz)
+	mux.Handle("GET /{$}", statuspage.Handler()) // the status page: no data, its script calls /v1 with the token
+	mux.Handle("GET /ui/", statuspage.Handler())
 
 	v1 := http.NewServeMux()
 	v1.HandleFunc("GET /v1/devices", a.getDevices)

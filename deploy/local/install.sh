@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the servers sigwatch's tests, `sigwatch demo` and the benchmarks start as child
 # processes: redis-server, redis-cli, redis-sentinel, mosquitto and mosquitto_passwd. nats-server
-# needs nothing: it is embedded. Safe to run again; prints next to nothing when everything is there.
+# needs nothing: it is embedded. Also chromium, the headless browser the status page test drives.
+# Safe to run again; prints next to nothing when everything is there.
 #
 # Works unattended (no stdin, CI=true): apt-get runs non-interactively and sudo is never asked
 # for a password.
@@ -20,7 +21,7 @@ have() {
 
 missing_bins() {
 	local b out=""
-	for b in redis-server redis-cli redis-sentinel mosquitto mosquitto_passwd; do
+	for b in redis-server redis-cli redis-sentinel mosquitto mosquitto_passwd chromium; do
 		have "$b" || out="$out $b"
 	done
 	echo "${out# }"
@@ -38,7 +39,7 @@ if command -v apt-get >/dev/null 2>&1; then
 			sudo="sudo -n"
 		else
 			echo "deps: installing needs root. Run as root, or run:" >&2
-			echo "  sudo apt-get install -y redis-server redis-sentinel mosquitto mosquitto-clients" >&2
+			echo "  sudo apt-get install -y redis-server redis-sentinel mosquitto mosquitto-clients chromium" >&2
 			exit 1
 		fi
 	fi
@@ -49,11 +50,11 @@ if command -v apt-get >/dev/null 2>&1; then
 	dpkg-query -W -f='${Status}' redis-sentinel 2>/dev/null | grep -q "install ok installed" && had_sentinel=1
 	dpkg-query -W -f='${Status}' mosquitto 2>/dev/null | grep -q "install ok installed" && had_mosquitto=1
 
-	echo "deps: apt-get install redis-server redis-sentinel mosquitto mosquitto-clients"
+	echo "deps: apt-get install redis-server redis-sentinel mosquitto mosquitto-clients chromium"
 	$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
 	$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 		-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
-		redis-server redis-sentinel mosquitto mosquitto-clients </dev/null >/dev/null
+		redis-server redis-sentinel mosquitto mosquitto-clients chromium </dev/null >/dev/null
 
 	# The packages start system-wide services on 6379, 26379 and 1883. sigwatch never uses them (its
 	# servers run on random ports in their own directories), so stop and disable the ones this
@@ -78,10 +79,10 @@ cat >&2 <<MSG
 deps: sigwatch needs $missing, and this script only knows how to install them with apt-get.
 Install them with your package manager, then run \`make deps\` again:
 (redis-sentinel comes with each redis package below)
-  macOS (Homebrew):  brew install redis mosquitto
+  macOS (Homebrew):  brew install redis mosquitto && brew install --cask chromium
                      (mosquitto goes to \$(brew --prefix)/sbin, which sigwatch also searches)
-  Fedora/RHEL:       sudo dnf install redis mosquitto
-  Arch:              sudo pacman -S redis mosquitto
-  Alpine:            sudo apk add redis mosquitto
+  Fedora/RHEL:       sudo dnf install redis mosquitto chromium
+  Arch:              sudo pacman -S redis mosquitto chromium
+  Alpine:            sudo apk add redis mosquitto chromium
 MSG
 exit 1

@@ -1,0 +1,553 @@
+// sigwatch status page: polls the /v1 API and renders it. Every value from
+// the API reaches the DOM through textContent or an attribute, never as HTML.
+'use strict';
+
+const POLL_MS = 1500;
+const PAGE = 50;
+const TOKEN_KEY = 'sigwatch.token';
+
+const $ = (id) => document.getElementById(id);
+
+let token = sessionStorage.getItem(TOKEN_KEY) || '';
+let timer = null;
+let busy = false;
+
+class APIError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+// api calls path with the token and returns the decoded JSON body.
+async function api(method, path, body) {
+  const headers = {};
+  if (token) headers.Authorization = 'Bearer ' + token;
+  const init = { method, headers, cache: 'no-store' };
+  if (body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  let resp;
+  try {
+    resp = await fetch(path, init);
+  } catch (e) {
+    throw new APIError(0, 'sigwatch is not answering');
+  }
+  let data = null;
+  try {
+    data = await resp.json();
+  } catch (e) {
+    // not JSON: the status says enough
+  }
+  if (!resp.ok) {
+    const msg = data && data.error ? data.error : resp.status + ' ' + resp.statusText;
+    throw new APIError(resp.status, msg);
+  }
+  return data;
+}
+
+// --- formatting ---
+
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (cls) e.className = cls;
+  return e;
+}
+
+// ms shows a duration in ms; its parts never wrap apart (no-break spaces).
+function ms(v) {
+  if (typeof v !== 'number' || !isFinite(v)) return '–';
+  const a = Math.abs(v);
+  if (a < 1000) return Math.round(v) + '\u00a0ms';
+  if (a < 60e3) return (v / 1e3).toFixed(a < 10e3 ? 1 : 0) + '\u00a0s';
+  // Round once, then split, so that 9m 59.6s reads 10m 0s, not 9m 60s.
+  const sec = Math.round(v / 1e3);
+  if (sec < 3600) return Math.floor(sec / 60) + 'm\u00a0' + (sec % 60) + 's';
+  const min = Math.round(sec / 60);
+  if (min < 1440) return Math.floor(min / 60) + 'h\u00a0' + (min % 60) + 'm';
+  const hr = Math.round(min / 60);
+  return Math.floor(hr / 24) + 'd\u00a0' + (hr % 24) + 'h';
+}
+
+function ago(t) {
+  if (typeof t !== 'number' || t <= 0) return '–';
+  return ms(Math.max(0, Date.now() - t)) + ' ago';
+}
+
+function until(t) {
+  if (typeof t !== 'number' || t <= 0) return '–';
+  return 'in ' + ms(Math.max(0, t - Date.now()));
+}
+
+function clockTime(t) {
+  if (typeof t !== 'number' || t <= 0) return '';
+  return new Date(t).toLocaleString();
+}
+
+// duration shows a threshold given in ms or as a Go duration string.
+function duration(v) {
+  if (typeof v === 'number') return ms(v);
+  if (typeof v === 'string' && v) return v;
+  return '–';
+}
+
+function num(v, digits) {
+  if (typeof v !== 'number' || !isFinite(v)) return '–';
+  return v.toLocaleString(undefined, { maximumFractionDigits: digits || 0 });
+}
+
+// pick returns the first of the dotted paths that is present in o.
+function pick(o, ...paths) {
+  for (const p of paths) {
+    let v = o;
+    for (const k of p.split('.')) {
+      if (v === null || typeof v !== 'object' || !(k in v)) {
+        v = undefined;
+        break;
+      }
+      v = v[k];
+    }
+    if (v !== undefined && v !== null) return v;
+  }
+  return undefined;
+}
+
+// --- banner and token ---
+
+function showErrors(errs) {
+  const b = $('banner');
+  b.replaceChildren();
+  if (errs.length === 0) {
+    b.hidden = true;
+    return;
+  }
+  for (const e of errs) b.append(el('div', e));
+  b.hidden = false;
+}
+
+function askToken(why) {
+  $('login-why').textContent = why;
+  $('login').hidden = false;
+  $('main').hidden = true;
+  $('live').textContent = 'needs a token';
+  $('live').className = 'live off';
+  if (document.activeElement !== $('token')) $('token').focus();
+}
+
+$('login').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  token = $('token').value.trim();
+  sessionStorage.setItem(TOKEN_KEY, token);
+  $('token').value = '';
+  $('login').hidden = true;
+  $('main').hidden = false;
+  poll();
+});
+
+$('forget').addEventListener('click', () => {
+  token = '';
+  sessionStorage.removeItem(TOKEN_KEY);
+  poll();
+});
+
+// --- paged lists ---
+
+// Pager follows the API's opaque cursors: the stack holds the cursor of
+// every page up to the one shown, so previous goes back exactly.
+class Pager {
+  constructor(name) {
+    this.name = name;
+    this.stack = [''];
+    this.next = '';
+    $(name + '-prev').addEventListener('click', () => {
+      if (this.stack.length > 1) this.stack.pop();
+      poll();
+    });
+    $(name + '-next').addEventListener('click', () => {
+      if (this.next) this.stack.push(this.next);
+      poll();
+    });
+  }
+  cursor() { return this.stack[this.stack.length - 1]; }
+  show(next, rows) {
+    this.next = next || '';
+    $(this.name + '-prev').disabled = this.stack.length <= 1;
+    $(this.name + '-next').disabled = !this.next;
+    const first = this.stack.length === 1 && !this.next;
+    $(this.name + '-page').textContent = 'page ' + this.stack.length;
+    // One page of results needs no pager.
+    $(this.name + '-pager').hidden = first;
+    // A page emptied under us (its devices recovered): start over.
+    if (rows === 0 && this.stack.length > 1 && !this.next) this.stack = [''];
+  }
+}
+
+const lostPager = new Pager('lost');
+const alarmsPager = new Pager('alarms');
+
+// fillPage reads one page of a list from cursor. The API bounds the work of
+// each request, so one answer may hold fewer rows than asked for, even none,
+// and still have a next cursor: follow it until the page is full or the
+// list ends, within a bounded number of requests.
+async function fillPage(path, params, key, cursor) {
+  const rows = [];
+  let next = cursor;
+  for (let calls = 0; calls < 40; calls++) {
+    const d = await api('GET', path + '?' + query({ ...params, limit: PAGE - rows.length, cursor: next }));
+    rows.push(...((d && d[key]) || []));
+    next = (d && d.next) || '';
+    if (!next || rows.length >= PAGE) break;
+  }
+  return { [key]: rows, next };
+}
+
+function query(params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v) q.set(k, v);
+  return q.toString();
+}
+
+function renderLost(data) {
+  const rows = (data && data.devices) || [];
+  const body = $('lost').tBodies[0];
+  body.replaceChildren(...rows.map((d) => {
+    const tr = el('tr');
+    tr.dataset.device = d.device;
+    tr.append(
+      el('td', d.device, 'id'),
+      el('td', d.type || '–'),
+      el('td', d.lost_at ? ms(Date.now() - d.lost_at) : '–', 'bad'),
+      el('td', ago(d.last_seen)),
+      el('td', duration(pick(d, 'threshold_ms', 'threshold'))),
+    );
+    tr.cells[0].title = d.device; // the whole id where the cell cuts it
+    tr.cells[2].title = clockTime(d.lost_at);
+    tr.cells[3].title = clockTime(d.last_seen);
+    return tr;
+  }));
+  $('lost-empty').hidden = rows.length > 0 || lostPager.stack.length > 1;
+  $('lost').hidden = rows.length === 0 && lostPager.stack.length === 1;
+  $('lost-count').textContent = rows.length ? '(' + rows.length + (data.next ? '+' : '') + ' on this page)' : '';
+  lostPager.show(data && data.next, rows.length);
+}
+
+function renderAlarms(data) {
+  const rows = (data && data.alarms) || [];
+  const body = $('alarms').tBodies[0];
+  body.replaceChildren(...rows.map((a) => {
+    const tr = el('tr');
+    tr.dataset.device = a.device;
+    const state = a.muted && a.state !== 'muted' ? a.state + ', muted' : a.state;
+    let when = '–';
+    if (a.acked_until) when = 'acked ' + until(a.acked_until);
+    else if (a.next_repeat) when = a.next_repeat > Date.now() ? 'repeat ' + until(a.next_repeat) : 'repeat due';
+    const ack = el('button', 'ack', 'ack');
+    ack.type = 'button';
+    ack.dataset.device = a.device;
+    ack.dataset.action = 'ack';
+    const mute = el('button', 'mute', 'mute');
+    mute.type = 'button';
+    mute.dataset.device = a.device;
+    mute.dataset.action = 'mute';
+    const acts = el('td', null, 'buttons');
+    acts.append(ack, mute);
+    tr.append(
+      el('td', a.device, 'id'),
+      el('td', a.type || '–'),
+      el('td', state, 'state ' + String(a.state).replace(/[^a-z]/g, '')),
+      el('td', ago(a.since)),
+      el('td', num(a.count)),
+      el('td', when, 'when'),
+      acts,
+    );
+    tr.cells[0].title = a.device;
+    tr.cells[3].title = clockTime(a.since);
+    return tr;
+  }));
+  $('alarms-empty').hidden = rows.length > 0 || alarmsPager.stack.length > 1;
+  $('alarms').hidden = rows.length === 0 && alarmsPager.stack.length === 1;
+  $('alarms-count').textContent = rows.length ? '(' + rows.length + (data.next ? '+' : '') + ' on this page)' : '';
+  alarmsPager.show(data && data.next, rows.length);
+}
+
+$('alarms').addEventListener('click', async (ev) => {
+  const btn = ev.target.closest('button[data-action]');
+  if (!btn) return;
+  const id = btn.dataset.device;
+  const path = '/v1/devices/' + encodeURIComponent(id) + '/ack';
+  const msg = $('action-msg');
+  try {
+    btn.disabled = true;
+    if (btn.dataset.action === 'ack') {
+      const dur = $('ack-for').value.trim();
+      await api('POST', path, dur ? { for: dur } : {});
+      msg.textContent = dur ? 'acked ' + id + ' for ' + dur : 'acked ' + id + ': alarm resolved';
+    } else {
+      const dur = $('mute-for').value.trim() || '1h';
+      await api('POST', '/v1/mutes', { device: id, for: dur });
+      msg.textContent = 'muted ' + id + ' for ' + dur;
+    }
+    msg.className = 'action-msg ok';
+  } catch (e) {
+    if (e.status === 401) askToken('The token was refused; enter it again.');
+    msg.textContent = btn.dataset.action + ' ' + id + ': ' + e.message;
+    msg.className = 'action-msg err';
+  }
+  poll();
+});
+
+// --- counters ---
+
+function counter(dl, label, value, cls) {
+  const d = el('div', null, cls ? 'counter ' + cls : 'counter');
+  d.append(el('dt', label), el('dd', value));
+  dl.append(d);
+}
+
+function renderCounters(s, sh) {
+  const dl = $('counters');
+  dl.replaceChildren();
+  if (s) {
+    counter(dl, 'watched', num(pick(s, 'watched', 'devices.watched')));
+    const lost = pick(s, 'lost', 'devices.lost');
+    counter(dl, 'lost', num(lost), lost > 0 ? 'bad' : '');
+    const alarms = pick(s, 'alarms');
+    if (alarms && typeof alarms === 'object') {
+      const parts = Object.entries(alarms)
+        .filter(([, v]) => typeof v === 'number')
+        .map(([k, v]) => k + ' ' + num(v));
+      counter(dl, 'alarms', parts.length ? parts.join(' · ') : '0');
+    }
+    counter(dl, 'signals/s', num(pick(s, 'signals_per_sec'), 1));
+    counter(dl, 'lost / min', num(pick(s, 'last_minute.lost', 'lost_last_minute')));
+    counter(dl, 'recovered / min', num(pick(s, 'last_minute.recovered', 'recovered_last_minute')));
+    const p50 = pick(s, 'fire_lag.p50_ms');
+    const p99 = pick(s, 'fire_lag.p99_ms');
+    counter(dl, 'fire lag p50 / p99', ms(p50) + ' / ' + ms(p99));
+  }
+  const wm = s ? pick(s, 'watermark.age_ms') : undefined;
+  const wmAge = wm !== undefined ? wm : sh && sh.watermark_lag_ms;
+  // Redis time and this browser's clock differ by a little: never show a negative age.
+  if (wmAge !== undefined) counter(dl, 'watermark age', ms(Math.max(0, wmAge)), wmAge > 5000 ? 'bad' : '');
+  const outage = s ? outageText(s) : '';
+  if (outage) counter(dl, 'outages', outage, outage === 'in progress' ? 'bad' : '');
+  const procs = s && Array.isArray(s.processes) ? s.processes : null;
+  if (procs) {
+    counter(dl, 'processes', num(procs.length));
+    dl.lastChild.title = procs.map((p) => p.name + ' (' + (p.roles || []).join(', ') + ')').join('\n');
+  }
+  if (sh) counter(dl, 'shards', num(sh.shards) + (sh.prev ? ' (doubling from ' + sh.prev + ')' : ''));
+}
+
+// outageText says whether ingest is in an outage now (its watermark stalled),
+// or when the last recorded one ended.
+function outageText(s) {
+  const w = pick(s, 'watermark');
+  if (!w || typeof w !== 'object') return '';
+  if (w.outage) return 'in progress';
+  const list = Array.isArray(w.outages) ? w.outages : [];
+  const total = typeof w.outages_total === 'number' ? w.outages_total : list.length;
+  if (list.length === 0) return total ? num(total) + ' recorded' : 'none';
+  const last = list[list.length - 1] || {};
+  const end = pick(last, 'end', 'End', 'to');
+  const start = pick(last, 'start', 'Start', 'from');
+  const len = typeof end === 'number' && typeof start === 'number' ? ' (' + ms(end - start) + ')' : '';
+  return num(total) + ', last ended ' + ago(end) + len;
+}
+
+// --- fire lag chart ---
+
+const SVG = 'http://www.w3.org/2000/svg';
+
+function svg(tag, attrs, text) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function renderChart(s) {
+  const box = $('chart');
+  const hist = (s && Array.isArray(s.history) ? s.history : []).filter((p) => p && typeof p === 'object');
+  const series = [
+    { key: ['p99_ms'], cls: 'p99', name: 'p99' },
+    { key: ['p50_ms'], cls: 'p50', name: 'p50' },
+  ];
+  const pts = series.map((se) => hist.map((p) => pick(p, ...se.key)));
+  if (hist.length < 2) {
+    box.replaceChildren(el('p', s ? 'Collecting points…' : 'No fire lag history from this sigwatch.', 'empty'));
+    return;
+  }
+  if (!pts.some((arr) => arr.some((v) => typeof v === 'number'))) {
+    const span = pick(hist[hist.length - 1], 'at') - pick(hist[0], 'at');
+    box.replaceChildren(el('p', 'No device was reported lost in the last ' + ms(span) + '.', 'empty'));
+    return;
+  }
+  const W = 480, H = 120, L = 44, B = 18, T = 8;
+  let max = 0;
+  for (const arr of pts) for (const v of arr) if (typeof v === 'number' && v > max) max = v;
+  max = Math.max(10, niceCeil(max));
+  const x = (i) => L + (i * (W - L - 4)) / (hist.length - 1);
+  const y = (v) => T + (H - T - B) * (1 - v / max);
+  const g = svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': 'fire lag p50 and p99' });
+  for (const f of [0, 0.5, 1]) {
+    g.append(svg('line', { x1: L, x2: W - 4, y1: y(max * f), y2: y(max * f), class: 'grid' }));
+    g.append(svg('text', { x: L - 4, y: y(max * f) + 4, class: 'axis', 'text-anchor': 'end' }, ms(max * f).replace('\u00a0', '')));
+  }
+  const span = pick(hist[hist.length - 1], 'at') - pick(hist[0], 'at');
+  g.append(svg('text', { x: L, y: H - 3, class: 'axis' }, isFinite(span) ? '−' + ms(span) : ''));
+  g.append(svg('text', { x: W - 4, y: H - 3, class: 'axis', 'text-anchor': 'end' }, 'now'));
+  series.forEach((se, k) => {
+    const d = pts[k].map((v, i) => (typeof v === 'number' ? `${x(i).toFixed(1)},${y(v).toFixed(1)}` : null)).filter(Boolean);
+    if (d.length > 1) g.append(svg('polyline', { points: d.join(' '), class: 'line ' + se.cls }));
+    // Dots show the points a line cannot join (seconds with no loss between them).
+    for (const p of d) {
+      const [cx, cy] = p.split(',');
+      g.append(svg('circle', { cx, cy, r: 1.8, class: 'dot ' + se.cls }));
+    }
+    // The legend gives the last minute's quantile, as the counters do.
+    const q = pick(s, 'fire_lag.' + se.key[0]);
+    g.append(svg('text', { x: L + 8 + (1 - k) * 110, y: T + 10, class: 'legend ' + se.cls }, se.name + ' ' + ms(q)));
+  });
+  box.replaceChildren(g);
+}
+
+function niceCeil(v) {
+  const p = Math.pow(10, Math.floor(Math.log10(v || 1)));
+  for (const m of [1, 2, 5, 10]) if (v <= m * p) return m * p;
+  return 10 * p;
+}
+
+// --- shard map ---
+
+function hue(s) {
+  let h = 0;
+  for (const c of s) h = (h * 31 + c.codePointAt(0)) % 360;
+  return h;
+}
+
+function renderShards(sh) {
+  const grid = $('shards');
+  const owners = $('owners');
+  if (!sh) {
+    grid.replaceChildren();
+    owners.replaceChildren();
+    return;
+  }
+  const list = sh.list || [];
+  const maxSize = Math.max(1, ...list.map((s) => s.size || 0));
+  const byOwner = new Map();
+  grid.replaceChildren(...list.map((s) => {
+    const c = el('div', null, 'shard');
+    const owner = s.owner || '';
+    byOwner.set(owner, (byOwner.get(owner) || 0) + 1);
+    if (owner) c.style.borderColor = `hsl(${hue(owner)} 55% 45%)`;
+    else c.classList.add('unowned');
+    if (s.head_lag_ms > 2000) c.classList.add('lagging');
+    c.append(el('span', s.shard, 'n'), el('span', num(s.size), 'size'));
+    const bar = el('span', null, 'bar');
+    bar.style.width = Math.round((100 * (s.size || 0)) / maxSize) + '%';
+    c.append(bar);
+    c.title = `shard ${s.shard}\n${num(s.size)} devices\nhead lag ${ms(s.head_lag_ms)}\nowner ${owner || 'none'}`;
+    return c;
+  }));
+  owners.replaceChildren(...[...byOwner.entries()].sort().map(([o, n]) => {
+    const li = el('li');
+    const sw = el('span', null, 'swatch');
+    if (o) sw.style.background = `hsl(${hue(o)} 55% 45%)`;
+    li.append(sw, el('span', (o || 'no owner') + ': ' + n + ' shard' + (n === 1 ? '' : 's')));
+    return li;
+  }));
+  const lagging = list.filter((s) => s.head_lag_ms > 2000).length;
+  $('shards-summary').textContent = `(${num(sh.shards)} shards, epoch ${num(sh.epoch)}, ${num(sh.devices)} devices` +
+    (lagging ? `, ${lagging} with head lag > 2 s` : '') + ')';
+  const dr = sh.drain || {};
+  $('drain').textContent = dr.draining
+    ? `Doubling ${dr.from} → ${dr.to} since ${ago(dr.since)}: ${num(dr.moved_left)} moved devices left, ${dr.shards_drained} of ${dr.from} old shards drained, ${dr.shards_unchecked} not checked yet.`
+    : 'No doubling in progress.';
+  $('drain').className = dr.draining ? 'drain busy' : 'drain';
+  $('watermark').textContent = sh.watermark
+    ? `Watermark ${ms(Math.max(0, sh.watermark_lag_ms))} behind (${clockTime(sh.watermark)}).`
+    : 'No watermark yet.';
+}
+
+// --- polling ---
+
+async function poll() {
+  clearTimeout(timer);
+  timer = null;
+  if (busy) {
+    timer = setTimeout(poll, 100);
+    return;
+  }
+  if (document.hidden) return; // visibilitychange starts it again
+  busy = true;
+  try {
+    await refresh();
+  } finally {
+    busy = false;
+    if (!document.hidden) timer = setTimeout(poll, POLL_MS);
+  }
+}
+
+async function refresh() {
+  const calls = [
+    ['stats', api('GET', '/v1/stats')],
+    ['shards', api('GET', '/v1/shards')],
+    ['lost devices', fillPage('/v1/devices', { state: 'lost' }, 'devices', lostPager.cursor())],
+    ['alarms', fillPage('/v1/alarms', {}, 'alarms', alarmsPager.cursor())],
+  ];
+  const res = await Promise.allSettled(calls.map((c) => c[1]));
+  if (res.some((r) => r.status === 'rejected' && r.reason.status === 401)) {
+    askToken(token ? 'The token was refused; enter the API token again.' : 'This sigwatch needs its API token (http.token).');
+    showErrors([]);
+    $('forget').hidden = true;
+    return;
+  }
+  $('login').hidden = true;
+  $('main').hidden = false;
+  $('forget').hidden = !token;
+  const errs = [];
+  const val = {};
+  res.forEach((r, i) => {
+    const name = calls[i][0];
+    if (r.status === 'fulfilled') {
+      val[name] = r.value;
+      return;
+    }
+    const e = r.reason;
+    let why = e.message;
+    if (e.status === 503) why = 'unavailable: ' + e.message;
+    if (e.status === 404) why = 'this sigwatch does not serve it (404)';
+    errs.push(name + ': ' + why);
+  });
+  const down = errs.length === calls.length && res.every((r) => r.reason.status === 0);
+  if (down) {
+    errs.splice(0, errs.length, 'sigwatch is not answering: showing the last data, retrying every ' + POLL_MS / 1000 + ' s.');
+  }
+  showErrors(errs);
+  if ('stats' in val || 'shards' in val) renderCounters(val.stats, val.shards);
+  // Without an answer the chart keeps its last points, unless this sigwatch
+  // has no stats at all.
+  if ('stats' in val) renderChart(val.stats);
+  else if (res[0].reason.status === 404) renderChart(null);
+  if ('shards' in val) renderShards(val.shards);
+  if ('lost devices' in val) renderLost(val['lost devices']);
+  if ('alarms' in val) renderAlarms(val.alarms);
+  const live = $('live');
+  if (errs.length === 0) {
+    live.textContent = 'live · ' + new Date().toLocaleTimeString();
+    live.className = 'live on';
+  } else {
+    live.textContent = (down ? 'not answering · ' : 'degraded · ') + new Date().toLocaleTimeString();
+    live.className = 'live off';
+  }
+}
+
+document.addEventListener('visibilitychange', () => {
+  if (!document.hidden) poll();
+});
+
+poll();
