@@ -45,7 +45,8 @@ type Options struct {
 	// them, default 5s.
 	DrainCheck time.Duration
 
-	// CountEvery is the period of the active gauges' count, default 10s.
+	// CountEvery is the period of the active gauges' count, default 2s (it
+	// reads only the open-alarm index).
 	CountEvery time.Duration
 	// Registry is the durable device registry: each alarm state written
 	// is kept there too, so that a Redis that loses it gets it back (nil:
@@ -83,7 +84,7 @@ func (o *Options) defaults() {
 		o.Workers = 32
 	}
 	if o.CountEvery <= 0 {
-		o.CountEvery = 10 * time.Second
+		o.CountEvery = 2 * time.Second
 	}
 	if o.Now == nil {
 		o.Now = time.Now
