@@ -18,7 +18,10 @@ import (
 
 // Outage is a gap in the ingest watermark: ingest was not known to be
 // consuming between Start and End (unix ms).
-type Outage struct{ Start, End int64 }
+type Outage struct {
+	Start int64 `json:"start"`
+	End   int64 `json:"end"`
+}
 
 // OutagesCap bounds the outage list whatever its outages' age: far more
 // than ever recorded while a threshold runs (each outage is a watermark

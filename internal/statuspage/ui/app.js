@@ -220,7 +220,7 @@ function renderLost(data) {
       el('td', d.type || '–'),
       el('td', d.lost_at ? ms(Date.now() - d.lost_at) : '–', 'bad'),
       el('td', ago(d.last_seen)),
-      el('td', duration(pick(d, 'threshold_ms', 'threshold'))),
+      el('td', duration(pick(d, 'threshold_ms'))),
     );
     tr.cells[0].title = d.device; // the whole id where the cell cuts it
     tr.cells[2].title = clockTime(d.lost_at);
@@ -310,8 +310,8 @@ function renderCounters(s, sh) {
   const dl = $('counters');
   dl.replaceChildren();
   if (s) {
-    counter(dl, 'watched', num(pick(s, 'watched', 'devices.watched')));
-    const lost = pick(s, 'lost', 'devices.lost');
+    counter(dl, 'watched', num(pick(s, 'watched')));
+    const lost = pick(s, 'lost');
     counter(dl, 'lost', num(lost), lost > 0 ? 'bad' : '');
     const alarms = pick(s, 'alarms');
     if (alarms && typeof alarms === 'object') {
@@ -321,8 +321,8 @@ function renderCounters(s, sh) {
       counter(dl, 'alarms', parts.length ? parts.join(' · ') : '0');
     }
     counter(dl, 'signals/s', num(pick(s, 'signals_per_sec'), 1));
-    counter(dl, 'lost / min', num(pick(s, 'last_minute.lost', 'lost_last_minute')));
-    counter(dl, 'recovered / min', num(pick(s, 'last_minute.recovered', 'recovered_last_minute')));
+    counter(dl, 'lost / min', num(pick(s, 'last_minute.lost')));
+    counter(dl, 'recovered / min', num(pick(s, 'last_minute.recovered')));
     const p50 = pick(s, 'fire_lag.p50_ms');
     const p99 = pick(s, 'fire_lag.p99_ms');
     counter(dl, 'fire lag p50 / p99', ms(p50) + ' / ' + ms(p99));
@@ -351,8 +351,8 @@ function outageText(s) {
   const total = typeof w.outages_total === 'number' ? w.outages_total : list.length;
   if (list.length === 0) return total ? num(total) + ' recorded' : 'none';
   const last = list[list.length - 1] || {};
-  const end = pick(last, 'end', 'End', 'to');
-  const start = pick(last, 'start', 'Start', 'from');
+  const end = pick(last, 'end');
+  const start = pick(last, 'start');
   const len = typeof end === 'number' && typeof start === 'number' ? ' (' + ms(end - start) + ')' : '';
   return num(total) + ', last ended ' + ago(end) + len;
 }
