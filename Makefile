@@ -4,12 +4,16 @@ export PATH := /usr/local/go/bin:$(PATH)
 
 GO ?= go
 
-.PHONY: deps build vet lint test demo fuzz bench
+.PHONY: deps test-deps build vet lint test demo fuzz bench
 
 # deps installs the servers the tests, the demo and the benchmarks start: redis-server,
-# redis-cli, redis-sentinel and mosquitto (nats-server is embedded).
+# redis-cli, redis-sentinel and mosquitto (nats-server is embedded); test-deps also chromium,
+# the headless browser the status page test drives.
 deps:
 	@bash deploy/local/install.sh
+
+test-deps:
+	@bash deploy/local/install.sh --browser
 
 build:
 	$(GO) build -o bin/sigwatch ./cmd/sigwatch
@@ -38,7 +42,7 @@ FUZZTIME ?= 10s
 
 # The cmd/sigwatch tests build sigwatch with the demo tag themselves, so TestDemoShowsLostDevices runs
 # here. bench/ is a module of its own, which ./... does not reach.
-test: deps lint
+test: test-deps lint
 	$(GO) test -race -count=1 -timeout 15m ./...
 	cd bench && $(GO) test -race -count=1 -timeout 12m ./...
 	cd deploy/check && $(GO) test -race -count=1 -timeout 5m ./...

@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # Installs the servers sigwatch's tests, `sigwatch demo` and the benchmarks start as child
 # processes: redis-server, redis-cli, redis-sentinel, mosquitto and mosquitto_passwd. nats-server
-# needs nothing: it is embedded. Also chromium, the headless browser the status page test drives.
+# needs nothing: it is embedded. With --browser also chromium, the headless browser the status
+# page test drives (make test asks for it; make demo does not need it).
 # Safe to run again; prints next to nothing when everything is there.
 #
 # Works unattended (no stdin, CI=true): apt-get runs non-interactively and sudo is never asked
 # for a password.
 set -euo pipefail
+
+bins="redis-server redis-cli redis-sentinel mosquitto mosquitto_passwd"
+pkgs="redis-server redis-sentinel mosquitto mosquitto-clients"
+if [ "${1:-}" = "--browser" ]; then
+	bins="$bins chromium"
+	pkgs="$pkgs chromium"
+fi
 
 # have NAME: NAME is on PATH or in a system binary directory (Debian puts mosquitto in
 # /usr/sbin, which is often not on a user's PATH; internal/servers looks there too).
@@ -21,7 +29,7 @@ have() {
 
 missing_bins() {
 	local b out=""
-	for b in redis-server redis-cli redis-sentinel mosquitto mosquitto_passwd chromium; do
+	for b in $bins; do
 		have "$b" || out="$out $b"
 	done
 	echo "${out# }"
@@ -39,7 +47,7 @@ if command -v apt-get >/dev/null 2>&1; then
 			sudo="sudo -n"
 		else
 			echo "deps: installing needs root. Run as root, or run:" >&2
-			echo "  sudo apt-get install -y redis-server redis-sentinel mosquitto mosquitto-clients chromium" >&2
+			echo "  sudo apt-get install -y $pkgs" >&2
 			exit 1
 		fi
 	fi
@@ -50,11 +58,11 @@ if command -v apt-get >/dev/null 2>&1; then
 	dpkg-query -W -f='${Status}' redis-sentinel 2>/dev/null | grep -q "install ok installed" && had_sentinel=1
 	dpkg-query -W -f='${Status}' mosquitto 2>/dev/null | grep -q "install ok installed" && had_mosquitto=1
 
-	echo "deps: apt-get install redis-server redis-sentinel mosquitto mosquitto-clients chromium"
+	echo "deps: apt-get install $pkgs"
 	$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
 	$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 		-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
-		redis-server redis-sentinel mosquitto mosquitto-clients chromium </dev/null >/dev/null
+		$pkgs </dev/null >/dev/null
 
 	# The packages start system-wide services on 6379, 26379 and 1883. sigwatch never uses them (its
 	# servers run on random ports in their own directories), so stop and disable the ones this
