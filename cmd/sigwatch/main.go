@@ -24,6 +24,8 @@ commands:
   shards     status|double: topology, drain progress, sizes, owners; start a doubling
   device     get|rm|threshold|ack <id>: one device, through the HTTP API
   mute       add|ls|rm: mute the alarms of a device or a type for a while
+  config     check --config F: load and validate a config file with the SIGWATCH_* environment
+  healthcheck [URL]: exit 0 when URL (default http://127.0.0.1:8080/readyz) answers 200
   version    print the version
 
 Every config key can be overridden by an environment variable,
@@ -58,6 +60,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdDevice(ctx, args[1:], stdout)
 	case "mute":
 		err = cmdMute(ctx, args[1:], stdout)
+	case "config":
+		err = cmdConfig(args[1:], stdout, stderr)
+	case "healthcheck":
+		err = cmdHealthcheck(ctx, args[1:], stdout)
 	case "version":
 		fmt.Fprintln(stdout, "sigwatch", version)
 	case "help", "-h", "--help":
