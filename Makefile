@@ -15,12 +15,13 @@ build:
 	$(GO) build -o bin/sigwatch ./cmd/sigwatch
 
 # The demo is built only with the demo tag (it embeds nats-server), and bench/ is its own module
-# (its load generators and baselines need asynq, pgx and go-redis, the service does not): vet and
-# lint cover both.
+# (its load generators and baselines need asynq, pgx and go-redis, the service does not), as is
+# deploy/check (k8s.io/api): vet and lint cover them all.
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags demo ./cmd/sigwatch
 	cd bench && $(GO) vet ./...
+	cd deploy/check && $(GO) vet ./...
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
@@ -28,16 +29,19 @@ lint: vet
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) run $(STATICCHECK) -tags demo ./cmd/sigwatch
 	cd bench && $(GO) run $(STATICCHECK) ./...
+	cd deploy/check && $(GO) run $(STATICCHECK) ./...
 
 # FUZZ lists package:target pairs; `make test` runs each briefly, `make fuzz` longer.
 FUZZ := ./ingest:FuzzParseTopic ./ingest:FuzzParseTimestamp ./dispatch:FuzzSanitizeType ./dispatch:FuzzNewInvalid
 FUZZTIME ?= 10s
 
 # The cmd/sigwatch tests build sigwatch with the demo tag themselves, so TestDemoShowsLostDevices runs
-# here. bench/ is a module of its own, which ./... does not reach.
+# here. bench/ and deploy/check (the Dockerfile, compose and Kubernetes checks, with the
+# Kubernetes API types as their own dependency) are modules of their own, which ./... does not reach.
 test: deps lint
 	$(GO) test -race -count=1 -timeout 15m ./...
 	cd bench && $(GO) test -race -count=1 -timeout 12m ./...
+	cd deploy/check && $(GO) test -count=1 -timeout 10m ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
 # demo starts Redis, Mosquitto and NATS on random local ports and runs sigwatch against them.
