@@ -19,9 +19,16 @@ import (
 // to the outage.
 type liveness struct {
 	start time.Time
-	stale time.Duration
+	stale atomic.Int64     // a time.Duration
 	roles map[string]*beat // fixed once Start has wired the roles
 }
+
+// minStale is the shortest stale limit. A coordinator's Redis call is
+// bounded by its own timeout, but while the client reconnects to a hung
+// Redis every caller waits for the dial and handshake (rueidis: up to a 5s
+// dial plus a 10s reply timeout), and one coordinator pass makes a few
+// calls; a loop waiting that long is slow, not stuck.
+const minStale = 30 * time.Second
 
 type beat struct {
 	last atomic.Int64 // time.Since(start) of the latest beat, monotonic
@@ -31,7 +38,9 @@ type beat struct {
 }
 
 func newLiveness(stale time.Duration) *liveness {
-	return &liveness{start: time.Now(), stale: stale, roles: map[string]*beat{}}
+	l := &liveness{start: time.Now(), roles: map[string]*beat{}}
+	l.stale.Store(int64(max(stale, minStale)))
+	return l
 }
 
 // wrap returns now, beating for role at each call. It is called while Start
@@ -49,13 +58,23 @@ func (l *liveness) wrap(role string, now func() time.Time) func() time.Time {
 	}
 }
 
+// ages returns how long ago each role last beat.
+func (l *liveness) ages() map[string]time.Duration {
+	now := time.Since(l.start)
+	out := make(map[string]time.Duration, len(l.roles))
+	for role, b := range l.roles {
+		out[role] = now - time.Duration(b.last.Load())
+	}
+	return out
+}
+
 // stalled lists the roles that have not beaten for longer than stale, with
 // how long, sorted by role.
 func (l *liveness) stalled() []string {
-	now := time.Since(l.start)
+	stale := time.Duration(l.stale.Load())
 	var out []string
-	for role, b := range l.roles {
-		if d := now - time.Duration(b.last.Load()); d > l.stale {
+	for role, d := range l.ages() {
+		if d > stale {
 			out = append(out, fmt.Sprintf("%s (no progress for %s)", role, d.Round(time.Second)))
 		}
 	}
