@@ -28,5 +28,5 @@ COPY --from=build /out/sigwatch /usr/local/bin/sigwatch
 COPY deploy/sigwatch.yaml /etc/sigwatch/sigwatch.yaml
 USER nonroot:nonroot
 EXPOSE 8080
-ENTRYPOINT ["sigwatch"]
+ENTRYPOINT ["/usr/local/bin/sigwatch"]
 CMD ["run", "--config", "/etc/sigwatch/sigwatch.yaml"]

@@ -110,3 +110,46 @@ func ignoredBy(pats []string, path string) string {
 	}
 	return ""
 }
+
+// TestDockerfileImage: the final image runs the copied binary as a non-root
+// user, on port 8080, with the config path the compose file and the
+// Kubernetes manifests mount, and the compose health checks call that binary.
+func TestDockerfileImage(t *testing.T) {
+	last := func(kind string) string {
+		ins, err := dockerfileInstructions(kind)
+		if err != nil || len(ins) == 0 {
+			t.Fatalf("Dockerfile: no %s (%v)", kind, err)
+		}
+		return ins[len(ins)-1]
+	}
+	froms, _ := dockerfileInstructions("FROM")
+	if len(froms) < 2 || !strings.HasPrefix(froms[0], "golang:1.26") {
+		t.Errorf("FROM %v: want a golang:1.26 build stage and a final stage", froms)
+	}
+	if user := last("USER"); strings.HasPrefix(user, "root") || strings.HasPrefix(user, "0") {
+		t.Errorf("USER %s: want a non-root user", user)
+	}
+	if expose := last("EXPOSE"); expose != "8080" {
+		t.Errorf("EXPOSE %s, want 8080", expose)
+	}
+	copies, _ := dockerfileInstructions("COPY")
+	var bin string
+	for _, c := range copies {
+		if f := strings.Fields(c); len(f) == 3 && strings.HasPrefix(f[0], "--from=") {
+			bin = f[2]
+		}
+	}
+	if entry := last("ENTRYPOINT"); entry != `["`+bin+`"]` {
+		t.Errorf("ENTRYPOINT %s: want the copied binary %s", entry, bin)
+	}
+	if cmd := last("CMD"); cmd != `["run", "--config", "/etc/sigwatch/sigwatch.yaml"]` {
+		t.Errorf("CMD %s: want run --config /etc/sigwatch/sigwatch.yaml", cmd)
+	}
+	c := loadCompose(t)
+	for name, s := range c.Services {
+		if strings.HasPrefix(name, "sigwatch") && (s.Healthcheck == nil || len(s.Healthcheck.Test) < 3 ||
+			s.Healthcheck.Test[1] != bin || s.Healthcheck.Test[2] != "healthcheck") {
+			t.Errorf("compose %s: healthcheck %v: want [CMD %s healthcheck ...]", name, s.Healthcheck, bin)
+		}
+	}
+}
