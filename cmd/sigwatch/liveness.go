@@ -23,12 +23,13 @@ type liveness struct {
 	roles map[string]*beat // fixed once Start has wired the roles
 }
 
-// minStale is the shortest stale limit. A coordinator's Redis call is
-// bounded by its own timeout, but while the client reconnects to a hung
+// minStale is the shortest stale limit. A coordinator's Redis calls are
+// bounded by their own timeouts, but while the client reconnects to a hung
 // Redis every caller waits for the dial and handshake (rueidis: up to a 5s
 // dial plus a 10s reply timeout), and one coordinator pass makes a few
-// calls; a loop waiting that long is slow, not stuck.
-const minStale = 30 * time.Second
+// calls: gaps of 6-20s were measured with Redis hung. A loop waiting that
+// long is slow, not stuck.
+const minStale = 60 * time.Second
 
 type beat struct {
 	last atomic.Int64 // time.Since(start) of the latest beat, monotonic

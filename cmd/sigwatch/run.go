@@ -86,7 +86,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	a := &App{cfg: cfg, log: log, reg: prometheus.NewRegistry(), g: newGroup(), done: make(chan struct{})}
-	// A coordinator idle for three lease times (30s at least) has lost its shards: stuck.
+	// A coordinator without progress for three lease times has lost its
+	// shards: stuck (newLiveness keeps at least minStale, for a hung Redis).
 	a.live = newLiveness(3 * cfg.Scanner.LeaseTTL)
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ok := false
