@@ -13,7 +13,7 @@ import (
 // loops still make progress. Each watched role beats whenever its loop reads
 // the clock; the scanner and alarm coordinators do so every rebalance period
 // (500ms) whatever Redis, NATS or the broker do, because every call they make
-// to them is bounded by a timeout. So a beat older than stale means a loop is
+// to them is bounded (see minStale). So a beat older than stale means a loop is
 // stuck in this process, and a restart helps; a dependency being down is
 // readiness's business (/readyz), and restarting pods for it would only add
 // to the outage.
