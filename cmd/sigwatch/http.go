@@ -21,7 +21,7 @@ import (
 func (a *App) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /healthz", a.healthz)
 	mux.HandleFunc("GET /readyz", a.readyz)
 	mux.Handle("GET /{$}", statuspage.Handler()) // the status page: no data, its script calls /v1 with the token
 	mux.Handle("GET /ui/", statuspage.Handler())

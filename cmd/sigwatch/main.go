@@ -26,6 +26,8 @@ commands:
   alarm      ls [--state active|acked|muted|flapping]: the open alarms, through the HTTP API
   mute       add|ls|rm: mute the alarms of a device or a type for a while
   stats      fleet counters, rates, fire lag, watermark, shards, through the HTTP API
+  config     check --config F: load and validate a config file with the SIGWATCH_* environment
+  healthcheck [URL]: exit 0 when URL (default http://127.0.0.1:8080/readyz) answers 200
   version    print the version
 
 Every config key can be overridden by an environment variable,
@@ -64,6 +66,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdStats(ctx, args[1:], stdout)
 	case "alarm":
 		err = cmdAlarm(ctx, args[1:], stdout)
+	case "config":
+		err = cmdConfig(args[1:], stdout, stderr)
+	case "healthcheck":
+		err = cmdHealthcheck(ctx, args[1:], stdout)
 	case "version":
 		fmt.Fprintln(stdout, "sigwatch", version)
 	case "help", "-h", "--help":

@@ -63,6 +63,7 @@ type App struct {
 
 	httpLn  net.Listener
 	httpSrv *http.Server
+	live    *liveness // what /healthz answers
 
 	// g runs the roles, the HTTP server and the watchers; done is closed
 	// once they stopped and the clients are closed, err is then the first
@@ -88,6 +89,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	a := &App{cfg: cfg, log: log, reg: prometheus.NewRegistry(), g: newGroup(), done: make(chan struct{})}
+	// A coordinator without progress for three lease times has lost its
+	// shards: stuck (newLiveness keeps at least minStale, for a hung Redis).
+	a.live = newLiveness(3 * cfg.Scanner.LeaseTTL)
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ok := false
 	defer func() {
@@ -180,7 +184,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		a.scanStore.ShareGeneration(a.store)
 		a.sc, err = scanner.New(scanner.Options{
 			Replica: replicaID(), LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll,
-			Batch: cfg.Scanner.Batch, Thresholds: a.thr, Now: a.clock.Now,
+			Batch: cfg.Scanner.Batch, Thresholds: a.thr, Now: a.live.wrap("scanner", a.clock.Now),
 		}, a.scanStore, a.topo, a.pub, a.reg, log.With("role", "scanner"))
 		if err != nil {
 			return nil, err
@@ -190,14 +194,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		if a.rtopo, err = shard.NewWatcher(ctx, a.timers, a.topo.Current().Shards, 500*time.Millisecond, log); err != nil {
 			return nil, err
 		}
-		replica := ""
+		replica, now := "", a.clock.Now
 		if cfg.hasRole("alarm") {
-			replica = replicaID()
+			replica, now = replicaID(), a.live.wrap("alarm", a.clock.Now)
 		}
 		a.alarms, err = alarm.New(alarm.Options{
 			Policy: cfg.Alarm.Policy, Replica: replica, AckWait: cfg.Alarm.AckWait,
 			LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll, Batch: cfg.Scanner.Batch,
-			Registry: a.registry, Now: a.clock.Now,
+			Registry: a.registry, Now: now,
 		}, a.store, a.topo, a.timers, a.rtopo, a.pub, a.reg, log.With("role", "alarm"))
 		if err != nil {
 			return nil, err

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// liveness is what GET /healthz answers: whether the process's long-running
+// loops still make progress. Each watched role beats whenever its loop reads
+// the clock; the scanner and alarm coordinators do so every rebalance period
+// (500ms) whatever Redis, NATS or the broker do, because every call they make
+// to them is bounded (see minStale). So a beat older than stale means a loop is
+// stuck in this process, and a restart helps; a dependency being down is
+// readiness's business (/readyz), and restarting pods for it would only add
+// to the outage.
+type liveness struct {
+	start time.Time
+	stale atomic.Int64     // a time.Duration
+	roles map[string]*beat // fixed once Start has wired the roles
+}
+
+// minStale is the shortest stale limit. A coordinator's Redis calls are
+// bounded by their own timeouts, but while the client reconnects to a hung
+// Redis every caller waits for the dial and handshake (rueidis: up to a 5s
+// dial plus a 10s reply timeout), and one coordinator pass makes a few
+// calls: gaps of 6-20s were measured with Redis hung. A loop waiting that
+// long is slow, not stuck.
+const minStale = 60 * time.Second
+
+type beat struct {
+	last atomic.Int64 // time.Since(start) of the latest beat, monotonic
+	// hold, when set, blocks the beating loop until it is closed: a test
+	// seam that stalls a real loop.
+	hold atomic.Pointer[chan struct{}]
+}
+
+func newLiveness(stale time.Duration) *liveness {
+	l := &liveness{start: time.Now(), roles: map[string]*beat{}}
+	l.stale.Store(int64(max(stale, minStale)))
+	return l
+}
+
+// wrap returns now, beating for role at each call. It is called while Start
+// wires the roles, before any of them runs.
+func (l *liveness) wrap(role string, now func() time.Time) func() time.Time {
+	b := &beat{}
+	b.last.Store(int64(time.Since(l.start)))
+	l.roles[role] = b
+	return func() time.Time {
+		if h := b.hold.Load(); h != nil {
+			<-*h
+		}
+		b.last.Store(int64(time.Since(l.start)))
+		return now()
+	}
+}
+
+// ages returns how long ago each role last beat.
+func (l *liveness) ages() map[string]time.Duration {
+	now := time.Since(l.start)
+	out := make(map[string]time.Duration, len(l.roles))
+	for role, b := range l.roles {
+		out[role] = now - time.Duration(b.last.Load())
+	}
+	return out
+}
+
+// stalled lists the roles that have not beaten for longer than stale, with
+// how long, sorted by role.
+func (l *liveness) stalled() []string {
+	stale := time.Duration(l.stale.Load())
+	var out []string
+	for role, d := range l.ages() {
+		if d > stale {
+			out = append(out, fmt.Sprintf("%s (no progress for %s)", role, d.Round(time.Second)))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// stall blocks role's loop at its next beat until the returned func is
+// called (tests only).
+func (l *liveness) stall(role string) (release func()) {
+	ch := make(chan struct{})
+	l.roles[role].hold.Store(&ch)
+	return func() {
+		l.roles[role].hold.Store(nil)
+		close(ch)
+	}
+}
+
+func (a *App) healthz(w http.ResponseWriter, r *http.Request) {
+	if s := a.live.stalled(); len(s) > 0 {
+		http.Error(w, "stalled: "+strings.Join(s, ", "), http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
