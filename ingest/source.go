@@ -284,6 +284,7 @@ func (s *source) clientOptions() *mqtt.ClientOptions {
 		SetDefaultPublishHandler(s.onMessage).
 		SetOnConnectHandler(s.onConnect).
 		SetConnectionLostHandler(s.onConnectionLost).
+		SetReconnectingHandler(s.onReconnecting).
 		SetConnectionNotificationHandler(s.onConnectionNotification)
 }
 
@@ -303,9 +304,6 @@ func (s *source) clientOptions() *mqtt.ClientOptions {
 // (OrderedBroker), it must show it is Mosquitto first, on every connection
 // (the brokers listed may differ).
 func (s *source) onConnect(c mqtt.Client) {
-	// The broker's first report on this connection is a new baseline:
-	// it may be another broker, or the same one restarted.
-	s.dropBase.Store(-1)
 	if s.opts.ordered != "" && !s.opts.OrderedBroker {
 		ok, err := s.identify(c)
 		if err != nil {
@@ -473,6 +471,12 @@ func (s *source) onConnectionNotification(_ mqtt.Client, n mqtt.ConnectionNotifi
 			"brokers", s.opts.Brokers, "err", f.Reason)
 	}
 }
+
+// onReconnecting runs before each reconnection attempt, before anything of
+// the new connection arrives: the broker's first report on it is a new
+// baseline (it may be another broker, or the same one restarted). Not
+// onConnect: a persistent session's messages can arrive before it runs.
+func (s *source) onReconnecting(mqtt.Client, *mqtt.ClientOptions) { s.dropBase.Store(-1) }
 
 func (s *source) onConnectionLost(_ mqtt.Client, err error) {
 	s.log.Warn("lost MQTT connection; reconnecting", "err", err)
