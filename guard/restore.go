@@ -26,6 +26,11 @@ type restored struct {
 // shards be claimed again, then the alarms (their timers are written
 // under the new generation), and last the generation record, which tells
 // every other process to go on.
+// inFlightSettle is how long a restore waits, once every shard refuses
+// claims under the old generation, for the events of claims that passed
+// just before to reach the stream.
+const inFlightSettle = 500 * time.Millisecond
+
 func (g *Guard) restore(ctx context.Context, why string, since int64, token string) error {
 	start := g.o.Now()
 	gen := newID()
@@ -58,6 +63,29 @@ func (g *Guard) restore(ctx context.Context, why string, since int64, token stri
 		if at, err = restoreTopology(ctx, g.o.Alarm.Unchecked(), seen, g.o.AlarmTopo, t.Shards, start); err != nil {
 			return err
 		}
+	}
+
+	// Every shard is vetted under the new generation before the stream's
+	// history is read: from here on no claim under the old generation
+	// succeeds anywhere. On a Redis Cluster that lost one node the shards
+	// of the others are whole and would otherwise keep firing during the
+	// restore, after the history it reads, and their devices be re-armed
+	// as live and fire twice. Nothing claims under the new generation
+	// before the outage is recorded (SetGeneration below).
+	if err := un.Vet(ctx, t.Shards, gen); err != nil {
+		return err
+	}
+	if g.o.Alarm != nil {
+		if err := g.o.Alarm.Unchecked().Vet(ctx, at.Shards, gen); err != nil {
+			return err
+		}
+	}
+	// A claim that passed just before the vet publishes within moments;
+	// its event is then in the history.
+	select {
+	case <-time.After(inFlightSettle):
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 
 	var n restored
@@ -102,14 +130,6 @@ func (g *Guard) restore(ctx context.Context, why string, since int64, token stri
 	// below. Recorded before any shard is claimable again.
 	if err := un.AddOutage(ctx, shard.Outage{Start: since, End: g.o.Now().UnixMilli()}); err != nil {
 		return err
-	}
-	if err := un.Vet(ctx, t.Shards, gen); err != nil {
-		return err
-	}
-	if g.o.Alarm != nil {
-		if err := g.o.Alarm.Unchecked().Vet(ctx, at.Shards, gen); err != nil {
-			return err
-		}
 	}
 	g.o.Store.SetGeneration(gen)
 	if g.o.RestoreAlarm != nil {
