@@ -176,15 +176,7 @@ func TestThresholdChangesSerialisedAcrossProcesses(t *testing.T) {
 // later deadline, the device reads as not lost. Absent or still at the
 // marked deadline, it reads as lost.
 func TestLeftoverMarkIsNotLost(t *testing.T) {
-	ctx, s := newStore(t)
-	if _, err := s.InitTopology(ctx, 4); err != nil {
-		t.Fatal(err)
-	}
-	w, err := shard.NewWatcher(ctx, s, 4, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	devs := shard.NewDevices(s, w, shard.NewThresholds(s, 10*time.Second, nil), nil)
+	ctx, s, devs := newDevices(t, 4, 10*time.Second)
 	const id = "leftover"
 	d := time.Now().UnixMilli()
 	lost := func(want bool) {

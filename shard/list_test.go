@@ -69,16 +69,8 @@ func listAll(t *testing.T, d *shard.Devices, q shard.DeviceQuery, between func(p
 // Then it pages through 6000 lost marks, of which those whose device is
 // watched at a later deadline (a mark a scanner left behind) are not lost.
 func TestPagingWatchedUnderSignals(t *testing.T) {
-	ctx, s := newStore(t)
 	const shards, n = 16, 100_000
-	if _, err := s.InitTopology(ctx, shards); err != nil {
-		t.Fatal(err)
-	}
-	w, err := shard.NewWatcher(ctx, s, shards, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := shard.NewDevices(s, w, shard.NewThresholds(s, time.Minute, nil), nil)
+	ctx, s, d := newDevices(t, shards, time.Minute)
 	base := time.Now().Add(time.Hour).UnixMilli()
 	ids := fleet(t, s, "dev", n, shards, base)
 	// A tenth are typed, for the type filter.
@@ -190,16 +182,8 @@ func TestPagingWatchedUnderSignals(t *testing.T) {
 // move to their new shards, the way writers and the drain move them: no
 // device present throughout goes unlisted.
 func TestPagingAcrossDoubling(t *testing.T) {
-	ctx, s := newStore(t)
 	const shards, n = 4, 4000
-	if _, err := s.InitTopology(ctx, shards); err != nil {
-		t.Fatal(err)
-	}
-	w, err := shard.NewWatcher(ctx, s, shards, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := shard.NewDevices(s, w, shard.NewThresholds(s, time.Minute, nil), nil)
+	ctx, s, d := newDevices(t, shards, time.Minute)
 	base := time.Now().Add(time.Hour).UnixMilli()
 	ids := fleet(t, s, "dev", n, shards, base)
 	doubled := false
@@ -237,15 +221,7 @@ func TestPagingAcrossDoubling(t *testing.T) {
 // TestListRefusesBadQueries: a malformed cursor, one of another listing, a
 // limit out of range and an unknown state are refused.
 func TestListRefusesBadQueries(t *testing.T) {
-	ctx, s := newStore(t)
-	if _, err := s.InitTopology(ctx, 4); err != nil {
-		t.Fatal(err)
-	}
-	w, err := shard.NewWatcher(ctx, s, 4, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := shard.NewDevices(s, w, shard.NewThresholds(s, time.Minute, nil), nil)
+	ctx, s, d := newDevices(t, 4, time.Minute)
 	fleet(t, s, "dev", 500, 4, time.Now().Add(time.Hour).UnixMilli())
 	_, lostNext, err := d.List(ctx, shard.DeviceQuery{State: shard.ListWatched, Limit: 10})
 	if err != nil || lostNext == "" {

@@ -16,6 +16,21 @@ func newStore(t *testing.T) (context.Context, *shard.Store) {
 	return t.Context(), testenv.New(t, testenv.Options{}).Store(t, "sw")
 }
 
+// newDevices returns a store on a fresh Redis with shards shards and the
+// devices on it, every device under the default threshold def.
+func newDevices(t *testing.T, shards int, def time.Duration) (context.Context, *shard.Store, *shard.Devices) {
+	t.Helper()
+	ctx, s := newStore(t)
+	if _, err := s.InitTopology(ctx, shards); err != nil {
+		t.Fatal(err)
+	}
+	w, err := shard.NewWatcher(ctx, s, shards, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, s, shard.NewDevices(s, w, shard.NewThresholds(s, def, nil), nil)
+}
+
 func upsert(t *testing.T, s *shard.Store, i int, es ...shard.Entry) {
 	t.Helper()
 	if _, err := s.Upsert(t.Context(), shard.Deadlines, map[int][]shard.Entry{i: es}); err != nil {
