@@ -58,6 +58,19 @@ func (r *rig) guard(t *testing.T) *guard.Guard {
 	return r.g
 }
 
+// run runs g with a topology watcher until the returned stop is called.
+func (r *rig) run(t *testing.T, g *guard.Guard) (stop func()) {
+	ctx, cancel := context.WithCancel(t.Context())
+	w, err := shard.NewWatcher(ctx, r.store, 4, 50*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Watch(w, nil)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	return func() { cancel(); <-done }
+}
+
 // empty kills Redis and starts it again without its data.
 func (r *rig) empty(t *testing.T) {
 	if err := r.env.Redis.Kill(); err != nil {
@@ -129,14 +142,7 @@ func TestRestoreFromRegistryAndStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The guard records the doubling in the registry on its next check.
-	gctx, stop := context.WithCancel(ctx)
-	w, err := shard.NewWatcher(ctx, r.store, 4, 50*time.Millisecond, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Watch(w, nil)
-	done := make(chan error, 1)
-	go func() { done <- g.Run(gctx) }()
+	stop := r.run(t, g)
 	testenv.WaitFor(t, 5*time.Second, "the doubling recorded in the registry", func() bool {
 		m, _, err := r.reg.Meta(ctx)
 		return err == nil && m.Shards == 8
@@ -150,7 +156,6 @@ func TestRestoreFromRegistryAndStream(t *testing.T) {
 		return ok && found && err == nil && gen.ID == r.store.Generation()
 	})
 	stop()
-	<-done
 
 	after, err := r.store.Topology(ctx)
 	if err != nil {
@@ -250,15 +255,7 @@ func TestCheckpointCopiesLostMarks(t *testing.T) {
 	if err := r.store.MarkLost(ctx, "a", 1000, 1001); err != nil {
 		t.Fatal(err)
 	}
-	gctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	w, err := shard.NewWatcher(ctx, r.store, 4, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Watch(w, nil)
-	go func() { done <- g.Run(gctx) }()
-	defer func() { stop(); <-done }()
+	defer r.run(t, g)()
 	testenv.WaitFor(t, 10*time.Second, "the registry holding Redis's lost marks", func() bool {
 		a, _, err1 := r.reg.Get(ctx, "a")
 		b, _, err2 := r.reg.Get(ctx, "b")
@@ -274,15 +271,7 @@ func TestNotReadyUntilRestored(t *testing.T) {
 	ctx := t.Context()
 	system := testenv.RecordStream[dispatch.System](t, r.env.Conn(t), "SIGWATCH", "sigwatch.system")
 	g := r.guard(t)
-	w, err := shard.NewWatcher(ctx, r.store, 4, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Watch(w, nil)
-	gctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- g.Run(gctx) }()
-	defer func() { stop(); <-done }()
+	defer r.run(t, g)()
 	if ok, why := g.Ready(); !ok {
 		t.Fatalf("not ready before any loss: %s", why)
 	}

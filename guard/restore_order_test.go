@@ -1,7 +1,6 @@
 package guard_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -45,15 +44,7 @@ func TestRestoreStopsWholeShardsFirst(t *testing.T) {
 		t.Fatalf("claim before the loss: %v", err)
 	}
 
-	gctx, stop := context.WithCancel(ctx)
-	w, err := shard.NewWatcher(ctx, r.store, 4, 50*time.Millisecond, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Watch(w, nil)
-	done := make(chan error, 1)
-	go func() { done <- g.Run(gctx) }()
-	defer func() { stop(); <-done }()
+	defer r.run(t, g)()
 
 	key := shard.NewKeys("sw").Generation()
 	if out, err := exec.Command("redis-cli", "-p", r.env.Redis.Addr[strings.LastIndex(r.env.Redis.Addr, ":")+1:], "DEL", key).CombinedOutput(); err != nil {
