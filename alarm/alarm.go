@@ -52,6 +52,11 @@ type Options struct {
 	// is kept there too, so that a Redis that loses it gets it back (nil:
 	// none).
 	Registry *dispatch.Registry
+	// Storm is the storm detection; the zero value is off.
+	Storm StormConfig
+	// Threshold is a device's threshold, the storm window when
+	// Storm.Window is 0 (nil: 30s).
+	Threshold func(id, typ string) time.Duration
 	// Now is the clock, default time.Now.
 	Now func() time.Time
 }
@@ -102,6 +107,7 @@ type Alarms struct {
 	log    *slog.Logger
 	m      *metrics
 	engine *queue.Engine // the repeat timers' engine, nil without Options.Replica
+	storms storms
 
 	running atomic.Bool
 }
@@ -177,8 +183,13 @@ var ErrNoAlarm = errors.New("alarm: the device has no open alarm")
 // View is what the API shows of a device's alarm.
 type View struct {
 	Device string `json:"device"`
+	// Scope and Group name a group's or the fleet's alarm, which has no
+	// device.
+	Scope string `json:"scope,omitempty"`
+	Group string `json:"group,omitempty"`
 	// State is raised (repeating), acked (repeats paused until AckedUntil),
-	// flapping, or idle.
+	// held (its raise waits for the storm hold or a storm), flapping, or
+	// idle.
 	State      string `json:"state"`
 	Since      int64  `json:"since,omitempty"`
 	Count      int    `json:"count"`
@@ -189,10 +200,17 @@ type View struct {
 }
 
 func view(id string, st State) View {
-	v := View{Device: id, State: "idle", Count: st.Count, Last: st.Last, At: st.At}
+	v := View{Device: id, State: "idle", Count: st.Count, Last: st.Last, At: st.At, Group: st.Group}
+	if sc, ok := scopeOf(id); ok {
+		v.Device = ""
+		v.Scope, v.Group = scopeName(sc)
+	}
 	switch st.Phase {
 	case Active:
 		v.State, v.Since, v.Next = Raised, st.Since, st.Next
+		if st.Held {
+			v.State = Held
+		}
 		if st.AckedUntil > 0 {
 			v.State, v.AckedUntil, v.Next = "acked", st.AckedUntil, 0
 		}
@@ -244,13 +262,19 @@ func (a *Alarms) Remove(ctx context.Context, id string) (bool, error) {
 	now := a.opts.Now()
 	m := a.machine(id, now)
 	var open bool
+	var group string
 	st, err := a.transition(ctx, id, now, func(st *State) (bool, error) {
-		open = st.Phase != Idle
+		open, group = st.Phase != Idle, st.Group
 		m.remove(st)
 		return true, nil
 	})
 	if err != nil {
 		return false, err
+	}
+	if a.stormsOn() {
+		if err := a.stormBack(ctx, group, id); err != nil {
+			a.log.Warn("removed device not taken out of its storm counts", "device", id, "err", err)
+		}
 	}
 	a.settle(ctx, id, st)
 	return open, nil
@@ -268,7 +292,22 @@ func (a *Alarms) settle(ctx context.Context, id string, st stored) stored {
 	return out
 }
 
-// machine returns the state machine of device id at now.
+// machine returns the state machine of device id at now; new alarms of a
+// device of type typ are held for the storm hold.
 func (a *Alarms) machine(id string, now time.Time) machine {
-	return machine{p: a.opts.Policy, id: id, now: now.UnixMilli()}
+	m := machine{p: a.opts.Policy, id: id, now: now.UnixMilli()}
+	if sc, ok := scopeOf(id); ok {
+		_, m.group = scopeName(sc)
+	}
+	return m
+}
+
+// deviceMachine is machine for a device of type typ, whose new alarms are
+// held for the storm hold.
+func (a *Alarms) deviceMachine(id, typ string, now time.Time) machine {
+	m := a.machine(id, now)
+	if _, ok := scopeOf(id); !ok {
+		m.hold = a.hold(id, typ).Milliseconds()
+	}
+	return m
 }

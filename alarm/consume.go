@@ -1,6 +1,7 @@
 package alarm
 
 import (
+	"cmp"
 	"context"
 
 	"github.com/sigwatch/sigwatch/dispatch"
@@ -23,11 +24,21 @@ func (e events) Lost(ctx context.Context, ev dispatch.Lost) error {
 	if err != nil {
 		return err
 	}
+	if a.stormsOn() {
+		// Counted before the alarm is decided, so that the storm this
+		// loss completes holds it.
+		if err := a.stormLoss(ctx, ev, cur); err != nil {
+			return err
+		}
+	}
 	now := a.opts.Now()
-	m := a.machine(ev.Device, now)
+	m := a.deviceMachine(ev.Device, ev.Type, now)
 	var changed bool
 	_, err = a.apply(ctx, ev.Device, now, func(st *State) (bool, error) {
 		changed = m.lost(st, ev.Deadline, ev.Type, cur)
+		if changed && ev.Group != st.Group {
+			st.Group = ev.Group
+		}
 		return changed, nil
 	})
 	if err == nil {
@@ -42,10 +53,15 @@ func (e events) Recovered(ctx context.Context, ev dispatch.Recovered) error {
 	now := a.opts.Now()
 	m := a.machine(ev.Device, now)
 	var changed bool
+	group := ev.Group
 	_, err := a.apply(ctx, ev.Device, now, func(st *State) (bool, error) {
+		group = cmp.Or(group, st.Group)
 		changed = m.recovered(st, ev.LostAt, ev.Type)
 		return changed, nil
 	})
+	if err == nil && a.stormsOn() {
+		err = a.stormBack(ctx, group, ev.Device)
+	}
 	if err == nil {
 		a.m.handled("recovered", changed)
 	}

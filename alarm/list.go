@@ -18,11 +18,16 @@ const (
 	ListAcked    = "acked"  // repeats paused by an ack with an end
 	ListFlapping = Flapping
 	ListMuted    = "muted"
+	ListHeld     = Held // waiting for the storm hold, or held by a storm
 )
 
 // Listed is one row of the open-alarm listing.
 type Listed struct {
-	Device     string `json:"device"`
+	Device string `json:"device"`
+	// Scope and Group name a group's or the fleet's storm alarm (Device
+	// ""); Group is also the group of a device that has one.
+	Scope      string `json:"scope,omitempty"`
+	Group      string `json:"group,omitempty"`
 	Type       string `json:"type"`
 	State      string `json:"state"` // active, acked or flapping
 	Since      int64  `json:"since"`
@@ -86,8 +91,14 @@ func (a *Alarms) ensureIndex(ctx context.Context, stale bool) error {
 
 // listed is the row of an open state, and whether it is open at all.
 func listed(id string, st State, mutes []Mute, now int64) (Listed, bool) {
-	l := Listed{Device: id, Type: st.Type, Since: st.Since, Count: st.Count}
+	l := Listed{Device: id, Type: st.Type, Since: st.Since, Count: st.Count, Group: st.Group}
+	if sc, ok := scopeOf(id); ok {
+		l.Device = ""
+		l.Scope, l.Group = scopeName(sc)
+	}
 	switch {
+	case st.Phase == Active && st.Held:
+		l.State = ListHeld
 	case st.Phase == Damped:
 		l.State = ListFlapping
 	case st.Phase == Active && st.AckedUntil > 0:
@@ -111,9 +122,9 @@ func listed(id string, st State, mutes []Mute, now int64) (Listed, bool) {
 // states; paging guarantees are shard's (see shard/list.go).
 func (a *Alarms) List(ctx context.Context, q Query) ([]Listed, string, error) {
 	switch q.State {
-	case "", ListActive, ListAcked, ListFlapping, ListMuted:
+	case "", ListActive, ListAcked, ListFlapping, ListMuted, ListHeld:
 	default:
-		return nil, "", fmt.Errorf("%w: state %q: give active, acked, muted or flapping, or none for every open alarm", ErrBadQuery, q.State)
+		return nil, "", fmt.Errorf("%w: state %q: give active, acked, muted, flapping or held, or none for every open alarm", ErrBadQuery, q.State)
 	}
 	if err := a.ensureIndex(ctx, false); err != nil {
 		return nil, "", err

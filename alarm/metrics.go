@@ -19,6 +19,9 @@ type metrics struct {
 	events        *prometheus.CounterVec
 	publishErrors prometheus.Counter
 	repeatLag     prometheus.Histogram
+	held          prometheus.Counter
+	storms        *prometheus.CounterVec
+	stormsActive  *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -40,14 +43,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		repeatLag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "repeat_lag_seconds",
 			Help:    "Time from when a repeat (or the end of an ack) was due to when it was handled.",
 			Buckets: prometheus.ExponentialBucketsRange(0.001, 600, 20)}),
+		held: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "held_total",
+			Help: "Device alarm notifications (a raise, or a repeat) held back because a storm of the device's group or of the fleet speaks for it."}),
+		storms: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "storms_total",
+			Help: "Storm transitions decided by this process, by scope (group, fleet) and state (started, ended)."}, []string{"scope", "state"}),
+		stormsActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "storms_active",
+			Help: "Storms going on, by scope, counted like active."}, []string{"scope"}),
 	}
 	for _, c := range []prometheus.Collector{m.active, m.flapping, m.notifications, m.suppressed, m.events,
-		m.publishErrors, m.repeatLag} {
+		m.publishErrors, m.repeatLag, m.held, m.storms, m.stormsActive} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("alarm: register metrics: %w", err)
 		}
 	}
-	for _, s := range []string{Raised, "acked", Flapping} {
+	for _, s := range []string{Raised, "acked", Flapping, Held} {
 		m.active.WithLabelValues(s)
 	}
 	return m, nil
@@ -70,13 +79,19 @@ func (m *metrics) handled(event string, changed bool) {
 }
 
 // counts are the open alarms by state.
-type counts struct{ raised, acked, flapping int }
+type counts struct {
+	raised, acked, flapping, held int
+	groupStorms, fleetStorms      int // going on
+}
 
 func (m *metrics) set(c counts) {
 	m.active.WithLabelValues(Raised).Set(float64(c.raised))
 	m.active.WithLabelValues("acked").Set(float64(c.acked))
 	m.active.WithLabelValues(Flapping).Set(float64(c.flapping))
+	m.active.WithLabelValues(Held).Set(float64(c.held))
 	m.flapping.Set(float64(c.flapping))
+	m.stormsActive.WithLabelValues("group").Set(float64(c.groupStorms))
+	m.stormsActive.WithLabelValues("fleet").Set(float64(c.fleetStorms))
 }
 
 // count counts the open alarms from the open-alarm index: the idle states
@@ -90,6 +105,7 @@ func (a *Alarms) count(ctx context.Context) (counts, error) {
 		var st struct {
 			Phase      Phase `json:"phase"`
 			AckedUntil int64 `json:"acked_until"`
+			Held       bool  `json:"held"`
 		}
 		if json.Unmarshal([]byte(v), &st) != nil {
 			return
@@ -97,6 +113,8 @@ func (a *Alarms) count(ctx context.Context) (counts, error) {
 		switch {
 		case st.Phase == Damped:
 			out.flapping++
+		case st.Phase == Active && st.Held:
+			out.held++
 		case st.Phase == Active && st.AckedUntil > 0:
 			out.acked++
 		case st.Phase == Active:
@@ -105,6 +123,19 @@ func (a *Alarms) count(ctx context.Context) (counts, error) {
 	})
 	if err != nil {
 		return counts{}, fmt.Errorf("alarm: count alarms: %w", err)
+	}
+	storms, err := a.Storms(ctx, 100)
+	if err != nil {
+		return counts{}, fmt.Errorf("alarm: count storms: %w", err)
+	}
+	for _, s := range storms {
+		switch {
+		case s.State != StormActive:
+		case s.Scope == "fleet":
+			out.fleetStorms++
+		default:
+			out.groupStorms++
+		}
 	}
 	return out, nil
 }
@@ -127,4 +158,12 @@ func (a *Alarms) countLoop(ctx context.Context, owned func() []int, every time.D
 		}
 		a.m.set(c)
 	})
+}
+
+// stormTransition counts a storm transition this process decided.
+func (m *metrics) stormTransition(st stormState) {
+	if n := len(st.Pending); n > 0 {
+		ev := st.Pending[n-1]
+		m.storms.WithLabelValues(ev.Scope, ev.State).Inc()
+	}
 }

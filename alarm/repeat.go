@@ -99,19 +99,39 @@ func (repeats) Revived(context.Context, shard.Entry, shard.Entry) error { return
 // so a timer a transition re-armed meanwhile stays as armed.
 func (a *Alarms) wake(ctx context.Context, i int, e shard.Entry, now time.Time, fence dispatch.Fence) (remove bool, move int64, err error) {
 	id := e.ID
+	if sc, ok := scopeOf(id); ok {
+		// A scope's timer first carries out its storm's transitions.
+		if err := a.flushStorm(ctx, sc); err != nil {
+			return false, 0, err
+		}
+	}
 	cur, err := a.current(ctx, id)
 	if err != nil {
 		return false, 0, err
 	}
-	m := a.machine(id, now)
+	old, err := a.load(ctx, id)
+	if err != nil {
+		return false, 0, err
+	}
+	var sm storm
+	if _, scope := scopeOf(id); !scope && old.Phase == Active {
+		if sm, err = a.stormOver(ctx, old.Group); err != nil {
+			return false, 0, err
+		}
+	}
+	m := a.deviceMachine(id, old.Type, now)
 	var dueAt int64
+	var held bool
 	st, err := a.transition(ctx, id, now, func(st *State) (bool, error) {
 		var changed bool
-		changed, dueAt = m.wake(st, cur)
+		changed, dueAt, held = m.wake(st, cur, sm)
 		return changed, nil
 	})
 	if err != nil {
 		return false, 0, err
+	}
+	if held {
+		a.m.held.Inc()
 	}
 	if dueAt > 0 {
 		a.m.repeatLag.Observe(float64(now.UnixMilli()-dueAt) / 1e3)

@@ -1,6 +1,7 @@
 package alarm
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"strconv"
@@ -11,7 +12,10 @@ import (
 
 // Notification states, the "state" of a message on sigwatch.alarm.<type>.
 const (
-	Raised   = "raised"
+	Raised = "raised"
+	// Held is the View state of an alarm whose raise waits for the storm
+	// hold or a storm; it is never a notification.
+	Held     = "held"
 	Repeat   = "repeat"
 	Flapping = "flapping"
 	Resolved = "resolved"
@@ -79,6 +83,14 @@ type State struct {
 	Last    string `json:"last,omitempty"`
 	At      int64  `json:"at,omitempty"`
 	Pending []Note `json:"pending,omitempty"`
+	// Group is the device's group, from its latest lost event.
+	Group string `json:"group,omitempty"`
+	// Held: the alarm is Active but its raise is not sent yet; it waits
+	// out the storm hold from HeldAt (and, while a storm of its group or
+	// the fleet lasts, the storm). StormHeld says a storm held it.
+	Held      bool  `json:"held,omitempty"`
+	HeldAt    int64 `json:"held_at,omitempty"`
+	StormHeld bool  `json:"storm_held,omitempty"`
 }
 
 // Policy is the alarm's timing: repeat intervals and flap damping.
@@ -118,12 +130,29 @@ type machine struct {
 	p   Policy
 	id  string
 	now int64
+	// hold is how long a new alarm waits before it is raised, to see
+	// whether a storm takes it in (0: raised at once).
+	hold int64
+	// group names a group alarm's group in its notes.
+	group string
+}
+
+// storm is what a wake knows of the storms over a device: whether one of
+// its group or of the fleet lasts now, and when the last of them ended.
+type storm struct {
+	active bool
+	quiet  int64
 }
 
 func (m machine) note(st *State, state, reason string) {
+	device := m.id
+	if _, ok := scopeOf(m.id); ok {
+		device = "" // a group's or the fleet's alarm
+	}
 	n := Note{Alarm: dispatch.Alarm{
-		ID: NoteID(m.id, st.Since, state, st.Count), Device: m.id, Type: st.Type,
+		ID: NoteID(m.id, st.Since, state, st.Count), Device: device, Type: st.Type,
 		State: state, Reason: reason, Count: st.Count, Since: st.Since, At: m.now,
+		Group: cmp.Or(m.group, st.Group),
 	}}
 	st.Pending = append(st.Pending, n)
 	st.Last = state
@@ -132,10 +161,21 @@ func (m machine) note(st *State, state, reason string) {
 	}
 }
 
-// resolve ends the alarm with reason.
+// resolve ends the alarm with reason; an alarm whose raise was held ends
+// without a word, since nobody heard of it.
 func (m machine) resolve(st *State, reason string) {
-	m.note(st, Resolved, reason)
+	if !st.Held {
+		m.note(st, Resolved, reason)
+	}
 	st.Phase, st.Next, st.AckedUntil, st.StableAt = Idle, 0, 0, 0
+	st.Held, st.HeldAt, st.StormHeld = false, 0, false
+}
+
+// raise sends the raise of an Active alarm and starts its repeats.
+func (m machine) raise(st *State, reason string) {
+	st.Held, st.HeldAt = false, 0
+	st.Next = m.now + m.p.interval(1).Milliseconds()
+	m.note(st, Raised, reason)
 }
 
 // loss records a newly seen loss at deadline d and reports whether the
@@ -192,10 +232,13 @@ func (m machine) lost(st *State, d int64, typ string, current int64) bool {
 		m.damp(st, d)
 	case back:
 		// Signalled again before the event was handled: nothing to raise.
+	case m.hold > 0:
+		st.Phase, st.Since, st.Count, st.AckedUntil, st.StableAt = Active, d, 0, 0, 0
+		st.Held, st.HeldAt, st.StormHeld = true, m.now, false
+		st.Next = m.now + m.hold
 	default:
 		st.Phase, st.Since, st.Count, st.AckedUntil, st.StableAt = Active, d, 0, 0, 0
-		st.Next = m.now + m.p.interval(1).Milliseconds()
-		m.note(st, Raised, "")
+		m.raise(st, "")
 	}
 	return true
 }
@@ -234,10 +277,59 @@ func (m machine) recovered(st *State, d int64, typ string) bool {
 	return true
 }
 
-// wake handles a due timer: a repeat, the end of an ack, the end of
-// flapping. current is the device's current deadline (0: not watched).
-// It reports whether st changed and, for a repeat, when it was due.
-func (m machine) wake(st *State, current int64) (changed bool, dueAt int64) {
+// wake handles a due timer: the end of a hold, a repeat, the end of an ack,
+// the end of flapping. current is the device's current deadline (0: not
+// watched), sm the storms over it; while one lasts a held alarm stays held
+// and repeats are not sent. It reports whether st changed and, for a
+// repeat, when it was due, and whether a storm held a notification back.
+func (m machine) wake(st *State, current int64, sm storm) (changed bool, dueAt int64, held bool) {
+	changed, dueAt, held = m.wakeHeld(st, current, sm)
+	if changed || st.Held {
+		return changed, dueAt, held
+	}
+	changed, dueAt = m.wakeActive(st, current, sm)
+	return changed, dueAt, changed && sm.active && st.Phase == Active && dueAt > 0
+}
+
+// wakeHeld handles the timer of an alarm whose raise is held: it ends in
+// silence if the device came back, stays held while a storm lasts, and is
+// raised once the hold has passed since the loss and since the last storm
+// ended.
+func (m machine) wakeHeld(st *State, current int64, sm storm) (changed bool, dueAt int64, held bool) {
+	if st.Phase != Active || !st.Held {
+		return false, 0, false
+	}
+	switch {
+	case current > st.Deadline:
+		m.resolve(st, ReasonRecovered)
+		st.Cleared = max(st.Cleared, st.Deadline)
+		return true, 0, false
+	case sm.active:
+		first := !st.StormHeld
+		st.StormHeld = true
+		// The end of the storm wakes its devices; this is a fallback.
+		st.Next = m.now + m.p.interval(1).Milliseconds()
+		return true, 0, first
+	}
+	due := max(st.HeldAt, sm.quiet) + m.hold
+	if due > m.now {
+		if st.Next == due {
+			return false, 0, false
+		}
+		st.Next = due
+		return true, 0, false
+	}
+	if st.AckedUntil > m.now {
+		st.Held, st.HeldAt, st.Next = false, 0, 0
+		return true, 0, false
+	}
+	st.AckedUntil = 0
+	m.raise(st, "")
+	return true, 0, false
+}
+
+// wakeActive is wake for an alarm that is not held.
+func (m machine) wakeActive(st *State, current int64, sm storm) (changed bool, dueAt int64) {
 	back := current > st.Deadline
 	switch st.Phase {
 	case Damped:
@@ -272,6 +364,11 @@ func (m machine) wake(st *State, current int64) (changed bool, dueAt int64) {
 			return false, 0
 		}
 		st.AckedUntil = 0
+		if sm.active {
+			// A storm over the device: its group's alarm speaks for it.
+			st.Next = m.now + m.p.interval(st.Count+1).Milliseconds()
+			return true, due
+		}
 		if m.p.MaxRepeats > 0 && st.Count >= m.p.MaxRepeats {
 			m.resolve(st, ReasonExpired)
 			return true, due

@@ -38,7 +38,7 @@ func TestMachine(t *testing.T) {
 	var st State
 	lost := func(d, cur int64) step { return func(m machine, st *State) { m.lost(st, d, "t", cur) } }
 	rec := func(d int64) step { return func(m machine, st *State) { m.recovered(st, d, "t") } }
-	wake := func(cur int64) step { return func(m machine, st *State) { m.wake(st, cur) } }
+	wake := func(cur int64) step { return func(m machine, st *State) { m.wake(st, cur, storm{}) } }
 
 	at(1000, p, &st, lost(1000, 0))
 	at(1000, p, &st, lost(1000, 0)) // delivered again: nothing

@@ -73,6 +73,10 @@ func (s Subjects) Alarm(typ string) string { return s.prefix() + ".alarm." + s.t
 // Invalid is the dead-letter subject for input that could not be used.
 func (s Subjects) Invalid() string { return s.prefix() + ".invalid" }
 
+// Storm is the subject of storm events: a group or the whole fleet went
+// dark or came back.
+func (s Subjects) Storm() string { return s.prefix() + ".storm" }
+
 // System is the subject of sigwatch's own state changes.
 func (s Subjects) System() string { return s.prefix() + ".system" }
 
@@ -88,6 +92,7 @@ type Lost struct {
 	LastSeen int64  `json:"last_seen"`
 	FiredAt  int64  `json:"fired_at"`
 	Shard    int    `json:"shard"`
+	Group    string `json:"group,omitempty"`
 }
 
 // LostID is the de-duplication id of the lost event for one deadline.
@@ -102,6 +107,7 @@ type Recovered struct {
 	Type        string `json:"type"`
 	LostAt      int64  `json:"lost_at"`
 	RecoveredAt int64  `json:"recovered_at"`
+	Group       string `json:"group,omitempty"`
 }
 
 // RecoveredID is the de-duplication id of the recovery from the loss at
@@ -120,6 +126,28 @@ type Alarm struct {
 	Count  int    `json:"count"`
 	Since  int64  `json:"since"`
 	At     int64  `json:"at"`
+	Group  string `json:"group,omitempty"`
+}
+
+// Storm scopes.
+const (
+	ScopeGroup = "group"
+	ScopeFleet = "fleet"
+)
+
+// Storm says a group (Scope "group") or the whole fleet (Scope "fleet")
+// went dark (State "started") or came back ("ended"). Devices is how many
+// of its Watched devices were lost at that moment; Since is when the storm
+// started.
+type Storm struct {
+	ID      string `json:"id"`
+	Scope   string `json:"scope"`
+	Group   string `json:"group,omitempty"`
+	State   string `json:"state"`
+	Devices int64  `json:"devices"`
+	Watched int64  `json:"watched"`
+	Since   int64  `json:"since"`
+	At      int64  `json:"at"`
 }
 
 // System says sigwatch's own state changed: Kind names what happened

@@ -82,22 +82,8 @@ func (a *App) postAck(w http.ResponseWriter, r *http.Request) {
 	if a.noAlarms(w) {
 		return
 	}
-	var body struct {
-		Until json.RawMessage `json:"until"`
-		For   string          `json:"for"`
-	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil && !errors.Is(err, io.EOF) {
-		writeError(w, http.StatusBadRequest, `body must be empty, {"until": "2030-01-02T15:04:05Z" or unix ms} or {"for": "30m"}`)
-		return
-	}
-	now := a.clock.Now()
-	until, err := window(body.Until, body.For, now)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if !until.IsZero() && !until.After(now) {
-		writeError(w, http.StatusBadRequest, "until is in the past: leave it out to resolve the alarm")
+	until, ok := a.ackUntil(w, r)
+	if !ok {
 		return
 	}
 	v, err := a.alarms.Ack(r.Context(), id, until)
@@ -110,6 +96,30 @@ func (a *App) postAck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+// ackUntil reads the body of an ack: empty, {"until": ...} or {"for":
+// "30m"}. It answers a bad one itself and returns false.
+func (a *App) ackUntil(w http.ResponseWriter, r *http.Request) (time.Time, bool) {
+	var body struct {
+		Until json.RawMessage `json:"until"`
+		For   string          `json:"for"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil && !errors.Is(err, io.EOF) {
+		writeError(w, http.StatusBadRequest, `body must be empty, {"until": "2030-01-02T15:04:05Z" or unix ms} or {"for": "30m"}`)
+		return time.Time{}, false
+	}
+	now := a.clock.Now()
+	until, err := window(body.Until, body.For, now)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return time.Time{}, false
+	}
+	if !until.IsZero() && !until.After(now) {
+		writeError(w, http.StatusBadRequest, "until is in the past: leave it out to resolve the alarm")
+		return time.Time{}, false
+	}
+	return until, true
 }
 
 // muteIn is the body of POST /v1/mutes.

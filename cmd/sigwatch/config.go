@@ -39,6 +39,7 @@ type Config struct {
 	Ingest     ingest.Config          `yaml:"ingest"`
 	Scanner    queue.Config           `yaml:"scanner"`
 	Alarm      alarm.Config           `yaml:"alarm"`
+	Storm      alarm.StormConfig      `yaml:"storm"`
 	HTTP       HTTPConfig             `yaml:"http"`
 }
 
@@ -71,6 +72,7 @@ func DefaultConfig() Config {
 		Ingest:     ingest.DefaultConfig(),
 		Scanner:    queue.DefaultConfig(),
 		Alarm:      alarm.DefaultConfig(),
+		Storm:      alarm.DefaultStormConfig(),
 		HTTP:       HTTPConfig{Addr: "127.0.0.1:8080"},
 	}
 }
@@ -201,7 +203,7 @@ func setFromString(fv reflect.Value, s string) error {
 func (c Config) Validate() error {
 	errs := []error{
 		c.Redis.Validate(), c.NATS.Validate(), c.MQTT.Validate(), c.Thresholds.Validate(),
-		c.Timestamp.Validate(), c.Shards.Validate(), c.Ingest.Validate(), c.Scanner.Validate(), c.Alarm.Validate(),
+		c.Timestamp.Validate(), c.Shards.Validate(), c.Ingest.Validate(), c.Scanner.Validate(), c.Alarm.Validate(), c.Storm.Validate(),
 	}
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	for _, r := range c.Roles {

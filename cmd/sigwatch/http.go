@@ -40,6 +40,9 @@ func (a *App) routes() http.Handler {
 	v1.HandleFunc("GET /v1/shards", a.getShards)
 	v1.HandleFunc("POST /v1/shards/double", a.postShardsDouble)
 	v1.HandleFunc("GET /v1/stats", a.getStats)
+	v1.HandleFunc("GET /v1/storms", a.withAlarms(a.getStorms))
+	v1.HandleFunc("POST /v1/groups/{group}/ack", a.withAlarms(a.postGroupAck))
+	v1.HandleFunc("POST /v1/fleet/ack", a.withAlarms(a.postFleetAck))
 	mux.Handle("/v1/", a.auth(v1))
 	return mux
 }
