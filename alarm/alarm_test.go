@@ -140,9 +140,18 @@ func (h *harness) playWatermark(ctx context.Context) {
 // that stops it (the test's cleanup stops it too).
 func (h *harness) alarms(replica string, p Policy) (*Alarms, func()) {
 	h.t.Helper()
+	return h.alarmsWith(replica, p, nil)
+}
+
+// alarmsWith is alarms with options changed by with (if not nil).
+func (h *harness) alarmsWith(replica string, p Policy, with func(*Options)) (*Alarms, func()) {
+	h.t.Helper()
 	opts := Options{Policy: p, Replica: replica, AckWait: 2 * time.Second, LeaseTTL: time.Second,
 		Rebalance: 100 * time.Millisecond, Poll: 10 * time.Millisecond, DrainCheck: 200 * time.Millisecond,
 		CountEvery: 100 * time.Millisecond}
+	if with != nil {
+		with(&opts)
+	}
 	if h.clock != nil {
 		opts.Now = h.clock.Now
 	}

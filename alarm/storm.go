@@ -209,10 +209,11 @@ func (a *Alarms) watched(ctx context.Context, sc string) (int64, error) {
 		return n, nil
 	}
 	s.mu.Unlock()
-	n, _, err := a.store.Fleet(ctx, a.topo.Current().Shards)
+	live, lost, err := a.store.Fleet(ctx, a.topo.Current().Shards)
 	if err != nil {
 		return 0, err
 	}
+	n := live + lost
 	s.mu.Lock()
 	s.watched.at, s.watched.fleet = time.Now(), n
 	s.mu.Unlock()

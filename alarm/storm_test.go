@@ -1,0 +1,96 @@
+package alarm
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/internal/testenv"
+)
+
+// stormOptions turn storms on with short windows for a test.
+func stormOptions(fleetMin int) func(*Options) {
+	return func(o *Options) {
+		o.Storm = DefaultStormConfig()
+		o.Storm.FleetMin, o.Storm.GroupMin = fleetMin, 3
+		o.Storm.Window, o.Storm.Hold = 2*time.Second, time.Second
+	}
+}
+
+// TestFleetStormHoldsDeviceAlarms silences 12 of 30 devices at once: more
+// than a fifth of the fleet, so one fleet storm starts, one fleet alarm is
+// raised, and none of the 12 gets an alarm of its own; when they come back
+// the storm ends and the fleet alarm is resolved.
+func TestFleetStormHoldsDeviceAlarms(t *testing.T) {
+	h := newHarness(t)
+	storms := testenv.RecordStream[dispatch.Storm](t, h.nc, "SIGWATCH", "sigwatch.storm")
+	var live, silent []string
+	for k := range 30 {
+		id := fmt.Sprintf("fs-%02d", k)
+		if k < 12 {
+			silent = append(silent, id)
+		} else {
+			live = append(live, id)
+		}
+	}
+	h.keepAlive("", live...)
+	stopSilent := h.keepAlive("", silent...)
+	h.alarmsWith("r1", policy(), stormOptions(5))
+	time.Sleep(300 * time.Millisecond)
+	stopSilent()
+
+	started := storms.Wait(t, 10*time.Second, "fleet storm started", func(s dispatch.Storm) bool { return s.State == StormStarted })
+	if s := started.Body; s.Scope != dispatch.ScopeFleet || s.Group != "" || s.Watched != 30 || s.Devices < 7 || s.ID != started.MsgID {
+		t.Errorf("started = %+v (msg id %q), want scope fleet, 30 watched, at least 7 lost, id = msg id", s, started.MsgID)
+	}
+	raised := h.notes.Wait(t, 10*time.Second, "fleet alarm raised", func(n dispatch.Alarm) bool {
+		return n.Device == "" && n.State == Raised
+	})
+	if raised.Body.Group != "" {
+		t.Errorf("fleet alarm group %q, want none", raised.Body.Group)
+	}
+	time.Sleep(3 * time.Second) // past every hold
+	for _, id := range silent {
+		if n := h.notesOf(id); len(n) > 0 {
+			t.Errorf("%s: %d notifications during the fleet storm, want none: %v", id, len(n), states(n))
+		}
+	}
+
+	h.keepAlive("", silent...)
+	storms.Wait(t, 10*time.Second, "fleet storm ended", func(s dispatch.Storm) bool { return s.State == StormEnded })
+	h.notes.Wait(t, 10*time.Second, "fleet alarm resolved", func(n dispatch.Alarm) bool {
+		return n.Device == "" && n.State == Resolved
+	})
+	time.Sleep(2 * time.Second)
+	for _, id := range silent {
+		if n := h.notesOf(id); len(n) > 0 {
+			t.Errorf("%s: %d notifications, want none: %v", id, len(n), states(n))
+		}
+	}
+	if n := storms.Len(); n != 2 {
+		t.Errorf("%d storm events, want 2 (started, ended)", n)
+	}
+}
+
+// TestFewLostAreOrdinaryAlarms: 3 of 30 lost is no storm; each is raised
+// after the hold.
+func TestFewLostAreOrdinaryAlarms(t *testing.T) {
+	h := newHarness(t)
+	storms := testenv.RecordStream[dispatch.Storm](t, h.nc, "SIGWATCH", "sigwatch.storm")
+	var live []string
+	for k := range 27 {
+		live = append(live, fmt.Sprintf("ok-%02d", k))
+	}
+	h.keepAlive("", live...)
+	h.alarmsWith("r1", policy(), stormOptions(5))
+	ids := h.raiseAll("few", 3)
+	start := time.Now()
+	h.waitAll(ids, Raised, "", 10*time.Second)
+	if d := time.Since(start); d < threshold+time.Second-200*time.Millisecond {
+		t.Errorf("raised %v after the last signal, want after the threshold and the 1s hold", d)
+	}
+	if n := storms.Len(); n != 0 {
+		t.Errorf("%d storm events, want none", n)
+	}
+}
