@@ -233,11 +233,77 @@ function renderLost(data) {
   lostPager.show(data && data.next, rows.length);
 }
 
+// scopeLabel names a storm's scope: "group gw-17" or "fleet".
+function scopeLabel(x) {
+  return x.scope === 'fleet' ? 'fleet' : 'group ' + x.group;
+}
+
+// ackPath is where an alarm row's ack goes: a device's, a group's or the
+// fleet's storm alarm.
+function ackPath(row) {
+  if (row.scope === 'fleet') return '/v1/fleet/ack';
+  if (row.scope === 'group') return '/v1/groups/' + encodeURIComponent(row.group) + '/ack';
+  return '/v1/devices/' + encodeURIComponent(row.device) + '/ack';
+}
+
+// renderStorms shows the storms going on and the latest ended ones; the
+// section stays hidden while there has been none.
+function renderStorms(data) {
+  const rows = (data && data.storms) || [];
+  $('storms-section').hidden = rows.length === 0;
+  const active = rows.filter((s) => s.state === 'active').length;
+  $('storms-count').textContent = rows.length ? '(' + active + ' going on)' : '';
+  $('storms').tBodies[0].replaceChildren(...rows.map((s) => {
+    const tr = el('tr');
+    const acts = el('td', null, 'buttons');
+    const al = s.alarm || {};
+    if (al.state && al.state !== 'idle') {
+      const ack = el('button', 'ack', 'ack');
+      ack.type = 'button';
+      ack.dataset.scope = s.scope;
+      ack.dataset.group = s.group || '';
+      acts.append(ack);
+    }
+    tr.append(
+      el('td', scopeLabel(s), 'id'),
+      el('td', s.state, 'state ' + (s.state === 'active' ? 'raised' : 'ended')),
+      el('td', num(s.devices) + ' / ' + num(s.watched)),
+      el('td', ago(s.since)),
+      el('td', s.ended ? ago(s.ended) : '–'),
+      el('td', al.state || '–'),
+      acts,
+    );
+    tr.cells[3].title = clockTime(s.since);
+    if (s.ended) tr.cells[4].title = clockTime(s.ended);
+    return tr;
+  }));
+}
+
+$('storms').addEventListener('click', async (ev) => {
+  const btn = ev.target.closest('button');
+  if (!btn) return;
+  const row = { scope: btn.dataset.scope, group: btn.dataset.group };
+  const msg = $('action-msg');
+  const dur = $('ack-for').value.trim();
+  try {
+    btn.disabled = true;
+    await api('POST', ackPath(row), dur ? { for: dur } : {});
+    msg.textContent = 'acked the ' + scopeLabel(row) + ' storm alarm' + (dur ? ' for ' + dur : '');
+    msg.className = 'action-msg ok';
+  } catch (e) {
+    if (e.status === 401) askToken('The token was refused; enter it again.');
+    msg.textContent = 'ack ' + scopeLabel(row) + ': ' + e.message;
+    msg.className = 'action-msg err';
+  }
+  poll();
+});
+
 function renderAlarms(data) {
   const rows = (data && data.alarms) || [];
   const body = $('alarms').tBodies[0];
   body.replaceChildren(...rows.map((a) => {
     const tr = el('tr');
+    const who = a.scope ? scopeLabel(a) + ' (storm)' : a.device;
     tr.dataset.device = a.device;
     const state = a.muted && a.state !== 'muted' ? a.state + ', muted' : a.state;
     let when = '–';
@@ -246,15 +312,21 @@ function renderAlarms(data) {
     const ack = el('button', 'ack', 'ack');
     ack.type = 'button';
     ack.dataset.device = a.device;
+    ack.dataset.scope = a.scope || '';
+    ack.dataset.group = a.group || '';
     ack.dataset.action = 'ack';
-    const mute = el('button', 'mute', 'mute');
-    mute.type = 'button';
-    mute.dataset.device = a.device;
-    mute.dataset.action = 'mute';
     const acts = el('td', null, 'buttons');
-    acts.append(ack, mute);
+    acts.append(ack);
+    if (!a.scope) {
+      // Mutes name a device or a type; a storm alarm is muted by its type.
+      const mute = el('button', 'mute', 'mute');
+      mute.type = 'button';
+      mute.dataset.device = a.device;
+      mute.dataset.action = 'mute';
+      acts.append(mute);
+    }
     tr.append(
-      el('td', a.device, 'id'),
+      el('td', who, 'id'),
       el('td', a.type || '–'),
       el('td', state, 'state ' + String(a.state).replace(/[^a-z]/g, '')),
       el('td', ago(a.since)),
@@ -262,7 +334,7 @@ function renderAlarms(data) {
       el('td', when, 'when'),
       acts,
     );
-    tr.cells[0].title = a.device;
+    tr.cells[0].title = who;
     tr.cells[3].title = clockTime(a.since);
     return tr;
   }));
@@ -275,8 +347,9 @@ function renderAlarms(data) {
 $('alarms').addEventListener('click', async (ev) => {
   const btn = ev.target.closest('button[data-action]');
   if (!btn) return;
-  const id = btn.dataset.device;
-  const path = '/v1/devices/' + encodeURIComponent(id) + '/ack';
+  const row = { device: btn.dataset.device, scope: btn.dataset.scope, group: btn.dataset.group };
+  const id = row.scope ? scopeLabel(row) : row.device;
+  const path = ackPath(row);
   const msg = $('action-msg');
   try {
     btn.disabled = true;
@@ -498,6 +571,7 @@ async function refresh() {
     ['shards', api('GET', '/v1/shards')],
     ['lost devices', fillPage('/v1/devices', { state: 'lost' }, 'devices', lostPager.cursor())],
     ['alarms', fillPage('/v1/alarms', {}, 'alarms', alarmsPager.cursor())],
+    ['storms', api('GET', '/v1/storms?limit=20')],
   ];
   const res = await Promise.allSettled(calls.map((c) => c[1]));
   if (res.some((r) => r.status === 'rejected' && r.reason.status === 401)) {
@@ -536,6 +610,7 @@ async function refresh() {
   if ('shards' in val) renderShards(val.shards);
   if ('lost devices' in val) renderLost(val['lost devices']);
   if ('alarms' in val) renderAlarms(val.alarms);
+  if ('storms' in val) renderStorms(val.storms);
   const live = $('live');
   if (errs.length === 0) {
     live.textContent = 'live · ' + new Date().toLocaleTimeString();
