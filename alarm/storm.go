@@ -113,9 +113,13 @@ func scopeName(sc string) (scope, group string) {
 
 // stormState is a scope's storm as stored in Redis (JSON).
 type stormState struct {
-	Version int64  `json:"v"`
-	Active  bool   `json:"active,omitempty"`
-	Since   int64  `json:"since,omitempty"` // start of the storm (or the last one)
+	Version int64 `json:"v"`
+	Active  bool  `json:"active,omitempty"`
+	Since   int64 `json:"since,omitempty"` // start of the storm (or the last one)
+	// From is the earliest loss the storm counts (the window before the
+	// loss that started it): devices lost long before, and still lost,
+	// neither make nor prolong it.
+	From    int64  `json:"from,omitempty"`
 	Ended   int64  `json:"ended,omitempty"` // end of the last storm
 	Devices int64  `json:"devices"`         // lost at the last transition
 	Watched int64  `json:"watched"`
@@ -300,7 +304,7 @@ func (a *Alarms) stormLoss(ctx context.Context, ev dispatch.Lost, current int64)
 			if st.Active {
 				return false
 			}
-			st.Active, st.Since, st.Devices, st.Watched, st.Type, st.Hold = true, now, c.Lost, watched, ev.Type, hold
+			st.Active, st.Since, st.From, st.Devices, st.Watched, st.Type, st.Hold = true, now, ev.Deadline-w, c.Recent, watched, ev.Type, hold
 			st.Pending = append(st.Pending, a.stormEvent(sc, st, StormStarted, now))
 			return true
 		})
@@ -332,14 +336,18 @@ func (a *Alarms) stormBack(ctx context.Context, g, id string) error {
 		if err != nil {
 			return err
 		}
-		if c.Lost >= a.opts.Storm.need(sc, watched) {
+		left, err := a.store.StormLostSince(ctx, sc, st.From)
+		if err != nil {
+			return err
+		}
+		if left >= a.opts.Storm.need(sc, watched) {
 			continue
 		}
 		err = a.stormTransition(ctx, sc, func(st *stormState, now int64) bool {
 			if !st.Active {
 				return false
 			}
-			st.Active, st.Ended, st.Devices, st.Watched = false, now, c.Lost, watched
+			st.Active, st.Ended, st.Devices, st.Watched = false, now, left, watched
 			st.Pending = append(st.Pending, a.stormEvent(sc, st, StormEnded, now))
 			return true
 		})

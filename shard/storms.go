@@ -97,6 +97,15 @@ func (s *Store) stormCounts(ctx context.Context, scopes []string, cmds rueidis.C
 	return out, nil
 }
 
+// StormLostSince counts the devices of scope sc lost at or after from.
+func (s *Store) StormLostSince(ctx context.Context, sc string, from int64) (int64, error) {
+	n, err := s.c.Do(ctx, s.c.B().Zcount().Key(s.k.StormLostKey(sc)).Min(strconv.FormatInt(from, 10)).Max("+inf").Build()).AsInt64()
+	if err != nil {
+		return 0, fmt.Errorf("shard: count storm losses: %w", err)
+	}
+	return n, nil
+}
+
 // StormLostMembers calls fn with the lost devices of scope sc, a page at a
 // time.
 func (s *Store) StormLostMembers(ctx context.Context, sc string, fn func(ids []string) error) error {
