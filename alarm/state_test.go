@@ -111,3 +111,64 @@ func equal(a, b []string) bool {
 	}
 	return true
 }
+
+// TestMachineHold walks a held alarm: silent while the hold runs, raised
+// after it; held through a storm and raised a hold after the storm ends;
+// resolved without a word when the device comes back while held; repeats
+// skipped while a storm lasts.
+func TestMachineHold(t *testing.T) {
+	p := Policy{Interval: time.Second, Backoff: 1, MaxInterval: time.Second}
+	hold := func(ms int64, f func(m machine, st *State)) func(st *State) {
+		return func(st *State) { f(machine{p: p, id: "d", now: ms, hold: 500}, st) }
+	}
+	calm, stormy := storm{}, storm{active: true}
+
+	var st State
+	hold(1000, func(m machine, st *State) { m.lost(st, 1000, "t", 0) })(&st)
+	if !st.Held || st.Next != 1500 || len(st.Pending) != 0 {
+		t.Fatalf("after the loss: %+v, want held until 1500 without a note", st)
+	}
+	hold(1200, func(m machine, st *State) { m.wake(st, 0, calm) })(&st)
+	if len(st.Pending) != 0 {
+		t.Fatalf("raised during the hold: %v", notes(&st))
+	}
+	hold(1500, func(m machine, st *State) { m.wake(st, 0, calm) })(&st)
+	if got := notes(&st); !equal(got, []string{"d@1000/raised/0"}) || st.Held {
+		t.Fatalf("after the hold: %v held=%v, want raised", got, st.Held)
+	}
+	// A repeat due during a storm is skipped.
+	st.Pending = nil
+	var held bool
+	hold(2500, func(m machine, st *State) { _, _, held = m.wake(st, 0, stormy) })(&st)
+	if len(st.Pending) != 0 || !held || st.Count != 0 || st.Next != 3500 {
+		t.Fatalf("repeat during a storm: %v held=%v %+v, want none, held, next at 3500", notes(&st), held, st)
+	}
+
+	// Held through a storm, raised a hold after its end.
+	var s2 State
+	hold(1000, func(m machine, st *State) { m.lost(st, 1000, "t", 0) })(&s2)
+	hold(1500, func(m machine, st *State) { _, _, held = m.wake(st, 0, stormy) })(&s2)
+	if len(s2.Pending) != 0 || !s2.Held || !held {
+		t.Fatalf("in a storm: %v %+v, want held", notes(&s2), s2)
+	}
+	ended := storm{quiet: 4000}
+	hold(4200, func(m machine, st *State) { m.wake(st, 0, ended) })(&s2)
+	if len(s2.Pending) != 0 || s2.Next != 4500 {
+		t.Fatalf("just after the storm: %v next %d, want nothing until 4500", notes(&s2), s2.Next)
+	}
+	hold(4500, func(m machine, st *State) { m.wake(st, 0, ended) })(&s2)
+	if got := notes(&s2); !equal(got, []string{"d@1000/raised/0"}) {
+		t.Fatalf("a hold after the storm: %v, want raised", got)
+	}
+
+	// Back while held: resolved in silence, and a late lost event for the
+	// same loss raises nothing.
+	var s3 State
+	hold(1000, func(m machine, st *State) { m.lost(st, 1000, "t", 0) })(&s3)
+	hold(1300, func(m machine, st *State) { m.recovered(st, 1000, "t") })(&s3)
+	hold(1400, func(m machine, st *State) { m.lost(st, 1000, "t", 0) })(&s3)
+	hold(2000, func(m machine, st *State) { m.wake(st, 0, calm) })(&s3)
+	if len(s3.Pending) != 0 || s3.Phase != Idle {
+		t.Fatalf("back while held: %v %+v, want idle without a note", notes(&s3), s3)
+	}
+}
