@@ -94,3 +94,38 @@ func TestFewLostAreOrdinaryAlarms(t *testing.T) {
 		t.Errorf("%d storm events, want none", n)
 	}
 }
+
+func TestStormConfigRefusesNonsense(t *testing.T) {
+	if err := DefaultStormConfig().Validate(); err != nil {
+		t.Fatalf("defaults refused: %v", err)
+	}
+	for name, c := range map[string]func(*StormConfig){
+		"group fraction 0":   func(c *StormConfig) { c.GroupFraction = 0 },
+		"group fraction 1.5": func(c *StormConfig) { c.GroupFraction = 1.5 },
+		"fleet fraction 1":   func(c *StormConfig) { c.FleetFraction = 1 },
+		"group min 0":        func(c *StormConfig) { c.GroupMin = 0 },
+		"negative hold":      func(c *StormConfig) { c.Hold = -time.Second },
+	} {
+		cfg := DefaultStormConfig()
+		c(&cfg)
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestStormNeed(t *testing.T) {
+	c := DefaultStormConfig()
+	for _, tc := range []struct {
+		sc      string
+		watched int64
+		want    int64
+	}{
+		{"group:g", 100, 50}, {"group:g", 101, 51}, {"group:g", 6, 5}, {"group:g", 3, 5},
+		{fleetScope, 1000, 201}, {fleetScope, 30, 10},
+	} {
+		if got := c.need(tc.sc, tc.watched); got != tc.want {
+			t.Errorf("need(%s, %d) = %d, want %d", tc.sc, tc.watched, got, tc.want)
+		}
+	}
+}
