@@ -56,6 +56,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, fmt.Errorf("alarm: register metrics: %w", err)
 		}
 	}
+	for _, sc := range []string{"group", "fleet"} {
+		for _, s := range []string{StormStarted, StormEnded} {
+			m.storms.WithLabelValues(sc, s)
+		}
+	}
 	for _, s := range []string{Raised, "acked", Flapping, Held} {
 		m.active.WithLabelValues(s)
 	}
