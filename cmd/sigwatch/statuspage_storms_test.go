@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/sigwatch/sigwatch/internal/testenv"
+)
+
+// TestStatusPageShowsStorms drives the status page in headless Chromium
+// while a gateway's devices go dark: the storms section appears with the
+// group's storm going on, the open alarms show the group's alarm (and no
+// alarm of its devices), and the storm's ack button acks the group alarm,
+// as GET /v1/storms then reports.
+func TestStatusPageShowsStorms(t *testing.T) {
+	b := newBrowser(t)
+	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
+	app := startApp(t, env, func(c *Config) {
+		c.Thresholds.Default = 1500 * time.Millisecond
+		c.Alarm.Interval = time.Minute
+		c.Storm.Hold = 2 * time.Second
+	})
+	const tok = "t0ken"
+	base := "http://" + app.HTTPAddr()
+	shots := os.Getenv("SIGWATCH_SCREENSHOTS")
+	if shots == "" {
+		shots = t.TempDir()
+	}
+
+	type dev struct{ id, group string }
+	var devs []dev
+	for g := range 6 { // one gateway is a sixth of the fleet: no fleet storm
+		for k := range 10 {
+			devs = append(devs, dev{fmt.Sprintf("gw%d-s%02d", g, k), fmt.Sprintf("gw-%d", g)})
+		}
+	}
+	var mu sync.Mutex
+	dark := map[string]bool{}
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { // the fleet signals every 250ms over HTTP, with its groups
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			var batch []map[string]any
+			mu.Lock()
+			for _, d := range devs {
+				if !dark[d.group] {
+					batch = append(batch, map[string]any{"device": d.id, "type": "sensor", "group": d.group})
+				}
+			}
+			mu.Unlock()
+			body, _ := json.Marshal(batch)
+			req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/signals", strings.NewReader(string(body)))
+			req.Header.Set("Authorization", "Bearer "+tok)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	t.Cleanup(func() { stop(); wg.Wait() })
+	testenv.WaitFor(t, 10*time.Second, "the fleet watched", func() bool {
+		code, sh := call(t, app, "GET", "/v1/shards", tok, nil)
+		return code == http.StatusOK && sh["devices"] == float64(len(devs))
+	})
+
+	b.run(t, chromedp.Navigate(base+"/"), chromedp.WaitVisible("#login", chromedp.ByID))
+	b.loggedIn.Store(true)
+	b.run(t,
+		chromedp.SendKeys("#token", tok, chromedp.ByID),
+		chromedp.Click("#login button[type=submit]", chromedp.ByQuery),
+		chromedp.WaitVisible("#main", chromedp.ByID),
+	)
+	t.Cleanup(func() {
+		if t.Failed() {
+			b.shot(t, shots, "storms-failed")
+		}
+	})
+	var hidden bool
+	b.eval(t, `document.getElementById('storms-section').hidden`, &hidden)
+	if !hidden {
+		t.Error("the storms section shows before any storm")
+	}
+
+	mu.Lock()
+	dark["gw-1"] = true
+	mu.Unlock()
+	testenv.WaitFor(t, 15*time.Second, "the gw-1 storm on the page", func() bool {
+		var text string
+		b.eval(t, `document.getElementById('storms-section').hidden ? '' : document.querySelector('#storms tbody').textContent`, &text)
+		return strings.Contains(text, "group gw-1") && strings.Contains(text, "active")
+	})
+	testenv.WaitFor(t, 10*time.Second, "the gw-1 alarm among the open alarms", func() bool {
+		var text string
+		b.eval(t, `document.querySelector('#alarms tbody').textContent`, &text)
+		return strings.Contains(text, "group gw-1 (storm)")
+	})
+	time.Sleep(2500 * time.Millisecond) // past the hold
+	var rows []string
+	b.eval(t, `[...document.querySelectorAll('#alarms tbody tr')].map(tr => tr.cells[0].textContent + ' ' + tr.cells[2].textContent)`, &rows)
+	for _, r := range rows {
+		if strings.HasPrefix(r, "gw1-") && !strings.Contains(r, "held") {
+			t.Errorf("open alarm row %q: a device of the dark gateway has an alarm of its own", r)
+		}
+	}
+	b.shot(t, shots, "storm")
+
+	b.run(t, chromedp.Click(`#storms tbody button`, chromedp.ByQuery))
+	testenv.WaitFor(t, 10*time.Second, "the gw-1 alarm acked", func() bool {
+		code, body := call(t, app, "GET", "/v1/storms", tok, nil)
+		if code != http.StatusOK {
+			return false
+		}
+		ss, _ := body["storms"].([]any)
+		for _, s := range ss {
+			m, _ := s.(map[string]any)
+			al, _ := m["alarm"].(map[string]any)
+			if m["group"] == "gw-1" && al["state"] == "idle" && strings.HasPrefix(fmt.Sprint(al["last"]), "resolved/acked") {
+				return true
+			}
+		}
+		return false
+	})
+	if errs := b.consoleErrors(); len(errs) > 0 {
+		t.Errorf("console errors: %v", errs)
+	}
+}
