@@ -24,14 +24,20 @@ type Options struct {
 	TLS                *tls.Config
 	Devices            int           // default 1000
 	IDPrefix           string        // default "dev-"
-	Topic              string        // with {id} and {type}; default "devices/{id}/signal"
+	Topic              string        // with {id}, {type} and {group}; default "devices/{id}/signal"
 	Types              []string      // device types assigned round-robin; default none
 	Interval           time.Duration // each device signals once per interval, default 1s
 	QoS                byte          // default 1
 	SilenceEvery       time.Duration // every so often some devices go silent; 0 = never
 	SilenceCount       int           // how many each time, default 1
 	SilenceFor         time.Duration // how long they stay silent; 0 = forever
-	Seed               uint64
+	// GroupSize puts devices in groups ("gw-0", "gw-1", ...) of this many,
+	// in order; 0: no groups.
+	GroupSize int
+	// GroupDarkEvery, with groups, makes a whole group go silent so often
+	// (a gateway failing), for SilenceFor; 0 = never.
+	GroupDarkEvery time.Duration
+	Seed           uint64
 }
 
 // Fleet publishes the signals of simulated devices.
@@ -39,6 +45,7 @@ type Fleet struct {
 	opts   Options
 	ids    []string
 	types  []string
+	groups []string
 	rng    *rand.Rand
 	sent   atomic.Int64
 	failed atomic.Int64
@@ -79,9 +86,17 @@ func New(opts Options) *Fleet {
 			t = opts.Types[i%len(opts.Types)]
 		}
 		f.types = append(f.types, t)
+		g := ""
+		if opts.GroupSize > 0 {
+			g = fmt.Sprintf("gw-%d", i/opts.GroupSize)
+		}
+		f.groups = append(f.groups, g)
 	}
 	return f
 }
+
+// Group returns the group of device i ("" without groups).
+func (f *Fleet) Group(i int) string { return f.groups[i] }
 
 // ID returns the id of device i.
 func (f *Fleet) ID(i int) string { return f.ids[i] }
@@ -91,7 +106,7 @@ func (f *Fleet) Type(i int) string { return f.types[i] }
 
 // Topic returns the topic device i publishes on.
 func (f *Fleet) Topic(i int) string {
-	return strings.NewReplacer("{id}", f.ids[i], "{type}", f.types[i]).Replace(f.opts.Topic)
+	return strings.NewReplacer("{id}", f.ids[i], "{type}", f.types[i], "{group}", f.groups[i]).Replace(f.opts.Topic)
 }
 
 // Sent is the number of signals published; Failed those the broker refused.
@@ -167,6 +182,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 	defer t.Stop()
 	start := time.Now()
 	nextSilence := start.Add(f.opts.SilenceEvery)
+	nextDark := start.Add(f.opts.GroupDarkEvery)
 	slots := int(f.opts.Interval / tick)
 	if slots < 1 {
 		slots = 1
@@ -202,6 +218,10 @@ func (f *Fleet) Run(ctx context.Context) error {
 					f.Silence(f.rng.IntN(len(f.ids)), until)
 				}
 			}
+			if f.opts.GroupDarkEvery > 0 && f.opts.GroupSize > 0 && now.After(nextDark) {
+				nextDark = now.Add(f.opts.GroupDarkEvery)
+				f.darken(f.rng.IntN((len(f.ids)+f.opts.GroupSize-1)/f.opts.GroupSize), now)
+			}
 			for i := n % slots; i < len(f.ids); i += slots {
 				if f.Silent(i, now) {
 					continue
@@ -213,5 +233,16 @@ func (f *Fleet) Run(ctx context.Context) error {
 				}
 			}
 		}
+	}
+}
+
+// darken silences every device of group g (by index) for SilenceFor.
+func (f *Fleet) darken(g int, now time.Time) {
+	var until time.Time
+	if f.opts.SilenceFor > 0 {
+		until = now.Add(f.opts.SilenceFor)
+	}
+	for i := g * f.opts.GroupSize; i < min(len(f.ids), (g+1)*f.opts.GroupSize); i++ {
+		f.Silence(i, until)
 	}
 }

@@ -38,3 +38,18 @@ func TestFleetPublishes(t *testing.T) {
 		}
 	}
 }
+
+func TestFleetGroups(t *testing.T) {
+	f := New(Options{Devices: 25, GroupSize: 10, Topic: "devices/{group}/{id}/signal"})
+	if got := f.Topic(12); got != "devices/gw-1/dev-000012/signal" {
+		t.Errorf("topic of device 12: %q", got)
+	}
+	now := time.Now()
+	f.opts.SilenceFor = time.Minute
+	f.darken(2, now)
+	for i := range 25 {
+		if want := i >= 20; f.Silent(i, now) != want {
+			t.Errorf("device %d silent %v, want %v (group gw-2 is dark)", i, !want, want)
+		}
+	}
+}
