@@ -19,6 +19,11 @@ type metrics struct {
 	events        *prometheus.CounterVec
 	publishErrors prometheus.Counter
 	repeatLag     prometheus.Histogram
+	// The rate limits' (rate.go): notes given a later slot, repeats
+	// coalesced while waiting for one, and how long notes wait.
+	delayed   *prometheus.CounterVec
+	coalesced prometheus.Counter
+	delay     prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -40,9 +45,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		repeatLag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "repeat_lag_seconds",
 			Help:    "Time from when a repeat (or the end of an ack) was due to when it was handled.",
 			Buckets: prometheus.ExponentialBucketsRange(0.001, 600, 20)}),
+		delayed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "notifications_delayed_total",
+			Help: "Notifications the rate limits (alarm.rate, alarm.rate_total) gave a later send slot, by type."}, []string{"type"}),
+		coalesced: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "notifications_coalesced_total",
+			Help: "Repeats replaced by a later repeat of the same alarm while waiting for their send slot."}),
+		delay: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "notification_delay_seconds",
+			Help:    "Time from when a notification was decided to its send slot under the rate limits.",
+			Buckets: prometheus.ExponentialBucketsRange(0.001, 3600, 20)}),
 	}
 	for _, c := range []prometheus.Collector{m.active, m.flapping, m.notifications, m.suppressed, m.events,
-		m.publishErrors, m.repeatLag} {
+		m.publishErrors, m.repeatLag, m.delayed, m.coalesced, m.delay} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("alarm: register metrics: %w", err)
 		}

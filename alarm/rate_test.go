@@ -1,0 +1,289 @@
+package alarm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/internal/testenv"
+)
+
+// rateAlarms starts an alarm replica with policy p and the rate limits
+// rate (per type) and total, like harness.alarms.
+func (h *harness) rateAlarms(replica string, p Policy, rate, total float64) *Alarms {
+	h.t.Helper()
+	opts := Options{Policy: p, Replica: replica, AckWait: 2 * time.Second, LeaseTTL: time.Second,
+		Rebalance: 100 * time.Millisecond, Poll: 10 * time.Millisecond, DrainCheck: 200 * time.Millisecond,
+		CountEvery: 100 * time.Millisecond, Rate: rate, RateTotal: total}
+	a, err := New(opts, h.store, h.topo, h.timers, h.rtopo, h.pub, nil, h.log.With("replica", replica))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- a.Run(ctx) }()
+	var once sync.Once
+	h.stops = append(h.stops, func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-errc:
+				if err != nil {
+					h.t.Errorf("alarm replica %s: Run returned %v, want nil", replica, err)
+				}
+			case <-time.After(15 * time.Second):
+				h.t.Errorf("alarm replica %s: Run did not return within 15s of cancellation", replica)
+			}
+		})
+	})
+	testenv.WaitFor(h.t, 10*time.Second, "the alarm consumer", func() bool {
+		_, err := h.js.Consumer(h.ctx, "SIGWATCH", "sigwatch-alarm")
+		return err == nil
+	})
+	return a
+}
+
+// loseAll signals n devices prefix-00, prefix-01, ... of type typ once, so
+// that all are lost together a threshold later, and returns their ids.
+func (h *harness) loseAll(prefix, typ string, n int) []string {
+	h.t.Helper()
+	var ids []string
+	for k := range n {
+		ids = append(ids, fmt.Sprintf("%s-%02d", prefix, k))
+	}
+	for _, id := range ids {
+		if err := h.in.Signal(h.ctx, id, typ, time.Now()); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	return ids
+}
+
+// stored is one notification as the stream stored it, with the stream's
+// timestamp.
+type storedNote struct {
+	dispatch.Alarm
+	MsgID   string
+	Subject string
+	Time    time.Time
+}
+
+// storedNotes returns the notifications the stream holds, in stream order.
+func (h *harness) storedNotes() []storedNote {
+	h.t.Helper()
+	var out []storedNote
+	for _, m := range testenv.StreamMessages(h.t, h.nc, "SIGWATCH", "sigwatch.alarm.") {
+		n := storedNote{MsgID: m.Header.Get("Nats-Msg-Id"), Subject: m.Subject, Time: m.Time}
+		if err := json.Unmarshal(m.Data, &n.Alarm); err != nil {
+			h.t.Fatalf("notification %s: %v", m.Data, err)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// checkPaced checks that the notifications ns, as the stream stored them,
+// came at most perSecond in any second, over at least span. Slots are
+// 1/rate apart (one slot per emission interval, no burst), and a note is
+// published at its slot or after; so a second of stream times holds the
+// slots of at most a second plus the spread of publish delays. The delays
+// are measured (sigwatch_alarm_notification_lateness_seconds below a
+// tenth of a second), so perSecond is the limit itself.
+func checkPaced(t *testing.T, what string, ns []storedNote, perSecond int, span time.Duration) {
+	t.Helper()
+	var ts []time.Time
+	for _, n := range ns {
+		ts = append(ts, n.Time)
+	}
+	if len(ts) == 0 {
+		t.Fatalf("%s: no notifications", what)
+	}
+	n, at := testenv.MaxInWindow(ts, time.Second)
+	if n > perSecond {
+		t.Errorf("%s: %d notifications stored in the second from %s, want at most %d", what, n, at.Format("15:04:05.000"), perSecond)
+	}
+	first, last := ts[0], ts[0]
+	for _, x := range ts {
+		if x.Before(first) {
+			first = x
+		}
+		if x.After(last) {
+			last = x
+		}
+	}
+	if got := last.Sub(first); got < span {
+		t.Errorf("%s: %d notifications stored over %v, want at least %v", what, len(ts), got, span)
+	}
+	t.Logf("%s: %d notifications over %v, at most %d in a second", what, len(ts), last.Sub(first), n)
+}
+
+// raisedOnce checks that every device of ids has exactly one raised, stored
+// once, and returns the raised notifications.
+func raisedOnce(t *testing.T, ns []storedNote, ids []string) []storedNote {
+	t.Helper()
+	byID := map[string]int{}
+	var raised []storedNote
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	perDevice := map[string]int{}
+	for _, n := range ns {
+		byID[n.MsgID]++
+		if n.State == Raised && want[n.Device] {
+			perDevice[n.Device]++
+			raised = append(raised, n)
+		}
+	}
+	for id, k := range byID {
+		if k != 1 {
+			t.Errorf("notification %s stored %d times, want once", id, k)
+		}
+	}
+	for _, id := range ids {
+		if perDevice[id] != 1 {
+			t.Errorf("device %s: %d raised, want 1", id, perDevice[id])
+		}
+	}
+	return raised
+}
+
+// waitRaised waits until every device of ids has its raised.
+func (h *harness) waitRaised(ids []string, timeout time.Duration) {
+	h.t.Helper()
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	h.notes.WaitN(h.t, timeout, len(ids), fmt.Sprintf("%d raised", len(ids)), func(n dispatch.Alarm) bool {
+		return n.State == Raised && want[n.Device]
+	})
+}
+
+// longPolicy repeats nothing within a test.
+func longPolicy() Policy {
+	return Policy{Interval: time.Hour, Backoff: 1, MaxInterval: time.Hour}
+}
+
+// TestRatePacesOneType proves alarm.rate: 50 devices of one type lost at
+// once with a rate of 10 per second are all raised, once each, never more
+// than 10 in a second, over at least 4.9s.
+func TestRatePacesOneType(t *testing.T) {
+	h := newHarness(t)
+	a := h.rateAlarms("a", longPolicy(), 10, 0)
+	ids := h.loseAll("pace", "meter", 50)
+	h.waitRaised(ids, 30*time.Second)
+	ns := h.storedNotes()
+	raised := raisedOnce(t, ns, ids)
+	checkPaced(t, "type meter", raised, 10, 4900*time.Millisecond)
+	if d := testutil.ToFloat64(a.m.delayed.WithLabelValues("meter")); d < 40 {
+		t.Errorf("notifications_delayed_total{type=meter} = %v, want at least 40 of 50", d)
+	}
+	if n := testenv.Observations(t, a.m.delay); n != 50 {
+		t.Errorf("notification_delay_seconds observed %d times, want 50", n)
+	}
+}
+
+// TestRatePacesAcrossReplicas proves that the rate holds across alarm
+// replicas sharing Redis: two replicas handle 40 devices lost at once at
+// 10 per second between them.
+func TestRatePacesAcrossReplicas(t *testing.T) {
+	h := newHarness(t)
+	a := h.rateAlarms("a", longPolicy(), 10, 0)
+	b := h.rateAlarms("b", longPolicy(), 10, 0)
+	ids := h.loseAll("pair", "meter", 40)
+	h.waitRaised(ids, 30*time.Second)
+	raised := raisedOnce(t, h.storedNotes(), ids)
+	checkPaced(t, "two replicas", raised, 10, 3900*time.Millisecond)
+	na := testutil.ToFloat64(a.m.notifications.WithLabelValues(Raised))
+	nb := testutil.ToFloat64(b.m.notifications.WithLabelValues(Raised))
+	if na == 0 || nb == 0 {
+		t.Logf("raised published by a: %v, by b: %v (one replica did all)", na, nb)
+	}
+}
+
+// TestRateTotalCapsAllTypes proves alarm.rate_total: two types at 10 per
+// second each, and 15 per second in all, stay within both.
+func TestRateTotalCapsAllTypes(t *testing.T) {
+	h := newHarness(t)
+	h.rateAlarms("a", longPolicy(), 10, 15)
+	meters := h.loseAll("m", "meter", 30)
+	trackers := h.loseAll("t", "tracker", 30)
+	all := append(append([]string(nil), meters...), trackers...)
+	h.waitRaised(all, 30*time.Second)
+	raised := raisedOnce(t, h.storedNotes(), all)
+	var m, tr []storedNote
+	for _, n := range raised {
+		if strings.HasPrefix(n.Device, "m-") {
+			m = append(m, n)
+		} else {
+			tr = append(tr, n)
+		}
+	}
+	checkPaced(t, "all types", raised, 15, 59*time.Second/15)
+	checkPaced(t, "type meter", m, 10, 0)
+	checkPaced(t, "type tracker", tr, 10, 0)
+}
+
+// TestRateCoalescesRepeats proves that repeats of an alarm waiting for its
+// slot are coalesced: at 2 notifications per second, 6 devices repeating
+// every 300ms each get their raised, then repeats whose counts grow
+// (skipping the coalesced ones), and the rate holds.
+func TestRateCoalescesRepeats(t *testing.T) {
+	h := newHarness(t)
+	a := h.rateAlarms("a", policy(), 2, 0)
+	ids := h.loseAll("co", "meter", 6)
+	h.waitRaised(ids, 10*time.Second)
+	// Each device's first repeat comes after the 6 raised (3s at 2/s); by
+	// then each has decided about ten.
+	h.notes.WaitN(t, 20*time.Second, 6, "a repeat of each device", func(n dispatch.Alarm) bool {
+		return n.State == Repeat
+	})
+	ns := h.storedNotes()
+	checkPaced(t, "type meter", ns, 2, 5*time.Second)
+	jumped := 0
+	for _, id := range ids {
+		var mine []storedNote
+		for _, n := range ns {
+			if n.Device == id {
+				mine = append(mine, n)
+			}
+		}
+		if mine[0].State != Raised {
+			t.Errorf("device %s: first notification %s, want raised", id, mine[0].State)
+		}
+		last := 0
+		for _, n := range mine[1:] {
+			if n.State != Repeat || n.Count <= last {
+				t.Errorf("device %s: %s/%d after repeat %d, want a later repeat", id, n.State, n.Count, last)
+			}
+			if n.Count > last+1 {
+				jumped++
+			}
+			last = n.Count
+		}
+	}
+	if jumped == 0 {
+		t.Errorf("no repeat skipped a count: want repeats waiting for a slot coalesced into one")
+	}
+	if c := testutil.ToFloat64(a.m.coalesced); c == 0 {
+		t.Errorf("notifications_coalesced_total = 0, want > 0")
+	}
+	// Each alarm holds at most its one coalesced repeat.
+	for _, id := range ids {
+		st, err := a.load(h.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Pending) > 1 {
+			t.Errorf("device %s: %d notifications pending, want at most 1", id, len(st.Pending))
+		}
+	}
+}
