@@ -24,6 +24,7 @@ type metrics struct {
 	delayed   *prometheus.CounterVec
 	coalesced prometheus.Counter
 	delay     prometheus.Histogram
+	lateness  prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -52,9 +53,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		delay: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "notification_delay_seconds",
 			Help:    "Time from when a notification was decided to its send slot under the rate limits.",
 			Buckets: prometheus.ExponentialBucketsRange(0.001, 3600, 20)}),
+		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "notification_lateness_seconds",
+			Help: "Time from a paced notification's send slot to JetStream's acknowledgement of it: how far " +
+				"publication trails the pace (a second of publications holds the slots of a second plus this).",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}}),
 	}
 	for _, c := range []prometheus.Collector{m.active, m.flapping, m.notifications, m.suppressed, m.events,
-		m.publishErrors, m.repeatLag, m.delayed, m.coalesced, m.delay} {
+		m.publishErrors, m.repeatLag, m.delayed, m.coalesced, m.delay, m.lateness} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("alarm: register metrics: %w", err)
 		}

@@ -197,8 +197,11 @@ func (a *Alarms) transition(ctx context.Context, id string, now time.Time, decid
 			}
 			return old, nil
 		}
-		if len(next.Pending) > len(old.Pending) {
-			if err := a.mute(ctx, next.Pending[len(old.Pending):], now); err != nil {
+		// decide appends notes; a repeat it coalesced leaves its place for
+		// the one appended.
+		gone := coalesced(old.Pending, next.Pending)
+		if k := len(old.Pending) - gone; len(next.Pending) > k {
+			if err := a.mute(ctx, next.Pending[k:], now); err != nil {
 				return stored{}, err
 			}
 		}
@@ -214,6 +217,7 @@ func (a *Alarms) transition(ctx context.Context, id string, now time.Time, decid
 			return stored{}, err
 		}
 		if ok {
+			a.m.coalesced.Add(float64(gone))
 			return cur, nil
 		}
 	}
