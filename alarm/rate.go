@@ -46,15 +46,14 @@ func coalesced(old, next []Note) int {
 	return n
 }
 
-// reserve gives every pending note of st that has no send slot (and is
-// not muted) one, and writes them with a compare-and-set before anything
-// is published. The timer is armed for the earliest slot still to come
-// before the state is written. It returns the state in force afterwards,
-// and false when another transition came first: its state is returned
-// (the slots reserved are left unused, a gap in the pace, never an excess).
-func (a *Alarms) reserve(ctx context.Context, id string, st stored, now time.Time) (stored, bool, error) {
+// slots gives every pending note of st that has no send slot (and is not
+// muted) one, in place, and returns the notes it gave one, to be counted
+// once st is written (see counted). Transitions reserve the slots of the
+// notes they decide, so that they are written, and the timer armed for
+// them, with the transition itself.
+func (a *Alarms) slots(ctx context.Context, id string, st *State, now int64) ([]Note, error) {
 	if !a.limited() {
-		return st, true, nil
+		return nil, nil
 	}
 	var types []string
 	var idx []int
@@ -65,24 +64,47 @@ func (a *Alarms) reserve(ctx context.Context, id string, st stored, now time.Tim
 		}
 	}
 	if len(idx) == 0 {
-		return st, true, nil
+		return nil, nil
 	}
-	ms := now.UnixMilli()
-	slots, err := a.store.ReserveSlots(ctx, ms, types, emission(a.opts.Rate), emission(a.opts.RateTotal))
+	got, err := a.store.ReserveSlots(ctx, now, types, emission(a.opts.Rate), emission(a.opts.RateTotal))
 	if err != nil {
-		return st, false, fmt.Errorf("alarm: pace notifications of %s: %w", id, err)
+		return nil, fmt.Errorf("alarm: pace notifications of %s: %w", id, err)
 	}
-	next := st.State
-	next.Pending = slices.Clone(st.Pending)
-	later := false
+	st.Pending = slices.Clone(st.Pending)
+	out := make([]Note, len(idx))
 	for k, j := range idx {
-		next.Pending[j].Slot = slots[k]
-		later = later || slots[k] > ms
+		st.Pending[j].Slot = got[k]
+		out[k] = st.Pending[j]
 	}
-	if later {
-		if err := a.arm(ctx, id, next.wake(ms, pendingRetry), now); err != nil {
-			return st, false, err
+	return out, nil
+}
+
+// counted counts notes given a slot at now into the metrics.
+func (a *Alarms) counted(notes []Note, now int64) {
+	for _, n := range notes {
+		if n.Slot > now {
+			a.m.delayed.WithLabelValues(dispatch.SanitizeType(n.Type)).Inc()
 		}
+		a.m.delay.Observe(float64(max(n.Slot-n.At, 0)) / 1e3)
+	}
+}
+
+// reserve gives the pending notes of st that have no send slot one (notes
+// a transition decided have theirs already; these are left from a state
+// written without limits) and writes them with a compare-and-set before
+// anything is published, arming the timer for the earliest slot first. It
+// returns the state in force afterwards, and false when another transition
+// came first: its state is returned (the slots reserved are left unused,
+// a gap in the pace, never an excess).
+func (a *Alarms) reserve(ctx context.Context, id string, st stored, now time.Time) (stored, bool, error) {
+	ms := now.UnixMilli()
+	next := st.State
+	got, err := a.slots(ctx, id, &next, ms)
+	if err != nil || len(got) == 0 {
+		return st, err == nil, err
+	}
+	if err := a.arm(ctx, id, next.wake(ms, pendingRetry), now); err != nil {
+		return st, false, err
 	}
 	cur, ok, err := a.cas(ctx, id, st, next)
 	if err != nil {
@@ -93,20 +115,12 @@ func (a *Alarms) reserve(ctx context.Context, id string, st stored, now time.Tim
 		if err != nil {
 			return st, false, err
 		}
-		if later {
-			// The arming may have moved a timer the winner's state needs.
-			if err := a.restore(ctx, id, won.wake(ms, pendingRetry)); err != nil {
-				return won, false, err
-			}
+		// The arming may have moved a timer the winner's state needs.
+		if err := a.restore(ctx, id, won.wake(ms, pendingRetry)); err != nil {
+			return won, false, err
 		}
 		return won, false, nil
 	}
-	for k, j := range idx {
-		n := next.Pending[j]
-		if slots[k] > ms {
-			a.m.delayed.WithLabelValues(types[k]).Inc()
-		}
-		a.m.delay.Observe(float64(max(slots[k]-n.At, 0)) / 1e3)
-	}
+	a.counted(got, ms)
 	return cur, true, nil
 }

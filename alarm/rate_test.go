@@ -129,7 +129,7 @@ func checkPaced(t *testing.T, what string, ns []storedNote, perSecond int, late,
 	if got := last.Sub(first); got < span-late {
 		t.Errorf("%s: %d notifications stored over %v, want at least %v less %v", what, len(ts), got, span, late)
 	}
-	t.Logf("%s: %d notifications over %v, at most %d in a second", what, len(ts), last.Sub(first), n)
+	t.Logf("%s: %d notifications over %v, at most %d in a second, stored within %v of their slots", what, len(ts), last.Sub(first), n, late)
 }
 
 // latenessBound returns the least bucket bound of the alarms'
@@ -319,5 +319,55 @@ func TestRateCoalescesRepeats(t *testing.T) {
 		if len(st.Pending) > 1 {
 			t.Errorf("device %s: %d notifications pending, want at most 1", id, len(st.Pending))
 		}
+	}
+}
+
+// TestRateSlotKeptAcrossCrash proves that a note whose slot was stored
+// before a crash (the replica died before publishing it) is published at
+// that slot, not before even when an event flushes the state earlier, and
+// once, without reserving another.
+func TestRateSlotKeptAcrossCrash(t *testing.T) {
+	h := newHarness(t)
+	a := h.rateAlarms("a", longPolicy(), 10, 0)
+	const id = "dev-crash"
+	now := time.Now()
+	since := now.Add(-time.Second).UnixMilli()
+	slot := now.Add(1500 * time.Millisecond).UnixMilli()
+	st := State{Version: 1, Phase: Active, Type: "meter", Since: since, Deadline: since, Next: now.Add(time.Hour).UnixMilli(),
+		Last: Raised, At: now.UnixMilli(), Pending: []Note{{Slot: slot, Alarm: dispatch.Alarm{
+			ID: NoteID(id, since, Raised, 0), Device: id, Type: "meter", State: Raised, Since: since, At: now.UnixMilli()}}}}
+	b, _ := json.Marshal(st)
+	if ok, err := a.store.CompareAndSwapState(h.ctx, id, "", string(b), true); err != nil || !ok {
+		t.Fatalf("write the state left by the crash: %v %v", ok, err)
+	}
+	if err := a.arm(h.ctx, id, slot, now); err != nil {
+		t.Fatal(err)
+	}
+	// A redelivered lost event flushes the state before the slot: the note
+	// waits.
+	ev := dispatch.Lost{ID: dispatch.LostID(id, since), Device: id, Type: "meter", Deadline: since, FiredAt: since}
+	msg, _ := dispatch.Encode(dispatch.Subjects{}.Lost("meter"), ev.ID+"/again", ev)
+	if err := h.pub.Publish(h.ctx, []dispatch.Message{msg})[0]; err != nil {
+		t.Fatal(err)
+	}
+	testenv.Never(t, time.Until(time.UnixMilli(slot))-200*time.Millisecond, "the raised published before its slot", func() bool {
+		return len(h.notesOf(id)) > 0
+	})
+	n := h.wait(id, Raised, "", 5*time.Second)
+	if n.At.UnixMilli() < slot {
+		t.Errorf("raised received at %d, before its slot %d", n.At.UnixMilli(), slot)
+	}
+	stored := h.storedNotes()
+	if len(stored) != 1 || stored[0].Time.UnixMilli() < slot {
+		t.Errorf("stream holds %d notifications (first at %v), want the one raised, stored at or after its slot %d", len(stored), stored, slot)
+	}
+	// No slot was reserved for it: the type's pace starts at now.
+	at := time.Now().UnixMilli()
+	got, err := a.store.ReserveSlots(h.ctx, at, []string{"meter"}, 100*time.Millisecond, 0)
+	if err != nil || got[0] != at {
+		t.Errorf("next slot of type meter = %v (%v), want now %d: the stored slot was reused, none reserved", got, err, at)
+	}
+	if v, _, _ := a.Get(h.ctx, id); v.State != Raised {
+		t.Errorf("alarm = %+v, want raised", v)
 	}
 }

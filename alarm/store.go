@@ -205,6 +205,10 @@ func (a *Alarms) transition(ctx context.Context, id string, now time.Time, decid
 				return stored{}, err
 			}
 		}
+		slotted, err := a.slots(ctx, id, &next, now.UnixMilli())
+		if err != nil {
+			return stored{}, err
+		}
 		next.At = now.UnixMilli()
 		if w := next.wake(now.UnixMilli(), pendingRetry); w > 0 {
 			if err := a.arm(ctx, id, w, now); err != nil {
@@ -218,6 +222,7 @@ func (a *Alarms) transition(ctx context.Context, id string, now time.Time, decid
 		}
 		if ok {
 			a.m.coalesced.Add(float64(gone))
+			a.counted(slotted, now.UnixMilli())
 			return cur, nil
 		}
 	}
