@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,11 @@ func scrapedLateness(t *testing.T, addr string) (time.Duration, uint64) {
 		return 0, 0
 	}
 	h := mf.GetMetric()[0].GetHistogram()
+	var dist []string
+	for _, b := range h.GetBucket() {
+		dist = append(dist, fmt.Sprintf("<=%gs:%d", b.GetUpperBound(), b.GetCumulativeCount()))
+	}
+	t.Logf("%s: notification_lateness_seconds %s of %d", addr, strings.Join(dist, " "), h.GetSampleCount())
 	for _, b := range h.GetBucket() {
 		if b.GetCumulativeCount() == h.GetSampleCount() {
 			return time.Duration(b.GetUpperBound() * float64(time.Second)), h.GetSampleCount()
