@@ -46,8 +46,8 @@ func (c Config) Validate() error {
 		key string
 		v   float64
 	}{{"alarm.rate", c.Rate}, {"alarm.rate_total", c.RateTotal}} {
-		if !(r.v >= 0) || math.IsInf(r.v, 0) {
-			bad("%s %v must be a number of notifications per second >= 0 (0: unlimited)", r.key, r.v)
+		if !(r.v >= 0) || math.IsInf(r.v, 0) || r.v > 0 && r.v < minRate {
+			bad("%s %v must be a number of notifications per second >= 0 (0: unlimited), and if set at least %v", r.key, r.v, minRate)
 		}
 	}
 	if c.AckWait < time.Second {
