@@ -2,17 +2,45 @@ package shard_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/sigwatch/sigwatch/internal/testenv"
+	"github.com/sigwatch/sigwatch/shard"
 )
 
-// TestReserveSlots proves the pacing the alarm's rate limits rely on: slots
-// of one type are one emission interval apart with no burst beyond the
-// first, types are paced apart from each other, the total interval holds
-// across types, a reservation never gets a slot before now, and a type
-// idle for long starts again at now.
+// TestRateKeys checks that the rate limits' keys share the hash tag {rate},
+// so that one script reserves across types on a Redis Cluster.
+func TestRateKeys(t *testing.T) {
+	k := shard.NewKeys("sw")
+	if got := k.RateType("meter"); got != "sw:{rate}:type:meter" {
+		t.Errorf("RateType = %q, want sw:{rate}:type:meter", got)
+	}
+	if got := k.RateTotal(); got != "sw:{rate}:total" {
+		t.Errorf("RateTotal = %q, want sw:{rate}:total", got)
+	}
+}
+
+// TestReserveSlots proves the pacing the alarm's rate limits rely on, on a
+// single Redis and on a Redis Cluster: slots of one type are one emission
+// interval apart with no burst beyond the first, types are paced apart
+// from each other, the total interval holds across types, a reservation
+// never gets a slot before now, and a type idle for long starts again at
+// now.
 func TestReserveSlots(t *testing.T) {
-	ctx, s := newStore(t)
+	env := testenv.New(t, testenv.Options{})
+	cluster := testenv.RedisCluster(t, 3)
+	for name, s := range map[string]*shard.Store{
+		"single":  env.Store(t, "sw"),
+		"cluster": testenv.StoreOn(t, cluster.Addrs, "sw"),
+	} {
+		t.Run(name, func(t *testing.T) { checkReserveSlots(t, s) })
+	}
+}
+
+func checkReserveSlots(t *testing.T, s *shard.Store) {
+	ctx := t.Context()
 	const now = 1_000_000
 	reserve := func(now int64, per, all time.Duration, types ...string) []int64 {
 		t.Helper()
@@ -45,5 +73,13 @@ func TestReserveSlots(t *testing.T) {
 	const t1 = 3_000_000
 	if got, want := reserve(t1, 0, 250*time.Millisecond, "e", "e", "f"), []int64{t1, t1 + 250, t1 + 500}; !slices.Equal(got, want) {
 		t.Errorf("total only: slots %v, want %v", got, want)
+	}
+	// Many types in one call stay on one slot of a cluster.
+	var types []string
+	for k := range 20 {
+		types = append(types, strings.Repeat("x", k+1))
+	}
+	if got := reserve(4_000_000, 10*time.Millisecond, 0, types...); len(got) != 20 || got[19] != 4_000_000 {
+		t.Errorf("20 types: slots %v, want 20 at now", got)
 	}
 }
