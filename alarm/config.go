@@ -14,8 +14,9 @@ type Config struct {
 	Policy  `yaml:",inline"`
 	AckWait time.Duration `yaml:"ack_wait"`
 	// Rate caps the notifications of each type per second, and RateTotal
-	// those of all types together, across every replica (0: unlimited).
-	// Notifications beyond them are delayed, never dropped.
+	// those of all types together, across every replica (0: unlimited;
+	// else 0.001 to 1000). Notifications beyond them are delayed, never
+	// dropped.
 	Rate      float64 `yaml:"rate"`
 	RateTotal float64 `yaml:"rate_total"`
 }
@@ -46,8 +47,9 @@ func (c Config) Validate() error {
 		key string
 		v   float64
 	}{{"alarm.rate", c.Rate}, {"alarm.rate_total", c.RateTotal}} {
-		if !(r.v >= 0) || math.IsInf(r.v, 0) || r.v > 0 && r.v < minRate {
-			bad("%s %v must be a number of notifications per second >= 0 (0: unlimited), and if set at least %v", r.key, r.v, minRate)
+		if !(r.v >= 0) || math.IsInf(r.v, 0) || r.v > 0 && (r.v < minRate || r.v > maxRate) {
+			bad("%s %v must be a number of notifications per second >= 0 (0: unlimited), and if set between %v and %v",
+				r.key, r.v, minRate, maxRate)
 		}
 	}
 	if c.AckWait < time.Second {

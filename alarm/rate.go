@@ -21,9 +21,12 @@ import (
 // or a failed publish reuses its slot instead of taking another. Repeats of
 // an alarm waiting for their slot are coalesced (machine.note).
 
-// minRate is the least rate limit that can be set: one notification in
-// 1000 seconds.
-const minRate = 0.001
+// minRate and maxRate bound a rate limit: one notification in 1000
+// seconds, one a millisecond (slots are whole milliseconds).
+const (
+	minRate = 0.001
+	maxRate = 1000
+)
 
 // emission is the interval between two notifications at rate per second,
 // rounded up to a whole millisecond so the rate is never exceeded (0:
@@ -32,7 +35,7 @@ func emission(rate float64) time.Duration {
 	if rate <= 0 {
 		return 0
 	}
-	return time.Duration(math.Ceil(1000/max(rate, minRate))) * time.Millisecond
+	return time.Duration(math.Ceil(1000/min(max(rate, minRate), maxRate))) * time.Millisecond
 }
 
 // limited reports whether notifications are paced.
