@@ -48,6 +48,12 @@ type Options struct {
 	// CountEvery is the period of the active gauges' count, default 2s (it
 	// reads only the open-alarm index).
 	CountEvery time.Duration
+	// Rate and RateTotal cap the notifications per second of each type and
+	// of all types together, across every replica sharing the Redis (0:
+	// unlimited, the default); see rate.go.
+	Rate      float64
+	RateTotal float64
+
 	// Registry is the durable device registry: each alarm state written
 	// is kept there too, so that a Redis that loses it gets it back (nil:
 	// none).

@@ -3,6 +3,7 @@ package alarm
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -12,6 +13,12 @@ import (
 type Config struct {
 	Policy  `yaml:",inline"`
 	AckWait time.Duration `yaml:"ack_wait"`
+	// Rate caps the notifications of each type per second, and RateTotal
+	// those of all types together, across every replica (0: unlimited;
+	// else 0.001 to 1000). Notifications beyond them are delayed, never
+	// dropped.
+	Rate      float64 `yaml:"rate"`
+	RateTotal float64 `yaml:"rate_total"`
 }
 
 // DefaultConfig is the alarm section when nothing is configured; with
@@ -35,6 +42,15 @@ func (c Config) Validate() error {
 	}
 	if c.FlapCount > 0 && (c.FlapWindow <= 0 || c.FlapStable <= 0) {
 		bad("alarm.flap_window and alarm.flap_stable must be positive (or set alarm.flap_count 0 to turn flap damping off)")
+	}
+	for _, r := range []struct {
+		key string
+		v   float64
+	}{{"alarm.rate", c.Rate}, {"alarm.rate_total", c.RateTotal}} {
+		if !(r.v >= 0) || math.IsInf(r.v, 0) || r.v > 0 && (r.v < minRate || r.v > maxRate) {
+			bad("%s %v must be a number of notifications per second >= 0 (0: unlimited), and if set between %v and %v",
+				r.key, r.v, minRate, maxRate)
+		}
 	}
 	if c.AckWait < time.Second {
 		bad("alarm.ack_wait must be at least 1s")

@@ -22,6 +22,12 @@ type metrics struct {
 	held          prometheus.Counter
 	storms        *prometheus.CounterVec
 	stormsActive  *prometheus.GaugeVec
+	// The rate limits' (rate.go): notes given a later slot, repeats
+	// coalesced while waiting for one, and how long notes wait.
+	delayed   *prometheus.CounterVec
+	coalesced prometheus.Counter
+	delay     prometheus.Histogram
+	lateness  prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -49,9 +55,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Storm transitions decided by this process, by scope (group, fleet) and state (started, ended)."}, []string{"scope", "state"}),
 		stormsActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "storms_active",
 			Help: "Storms going on, by scope, counted like active."}, []string{"scope"}),
+		delayed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "notifications_delayed_total",
+			Help: "Notifications the rate limits (alarm.rate, alarm.rate_total) gave a later send slot, by type."}, []string{"type"}),
+		coalesced: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "notifications_coalesced_total",
+			Help: "Repeats replaced by a later repeat of the same alarm while waiting for their send slot."}),
+		delay: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "notification_delay_seconds",
+			Help:    "Time from when a notification was decided to its send slot under the rate limits.",
+			Buckets: prometheus.ExponentialBucketsRange(0.001, 3600, 20)}),
+		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "notification_lateness_seconds",
+			Help: "Time from a paced notification's send slot to JetStream's acknowledgement of it: how far " +
+				"publication trails the pace (a second of publications holds the slots of a second plus this).",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}}),
 	}
 	for _, c := range []prometheus.Collector{m.active, m.flapping, m.notifications, m.suppressed, m.events,
-		m.publishErrors, m.repeatLag, m.held, m.storms, m.stormsActive} {
+		m.publishErrors, m.repeatLag, m.held, m.storms, m.stormsActive, m.delayed, m.coalesced, m.delay, m.lateness} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("alarm: register metrics: %w", err)
 		}

@@ -8,24 +8,40 @@ import (
 	"github.com/sigwatch/sigwatch/dispatch"
 )
 
-// flush publishes the pending notes of st (muted ones are dropped), then
-// clears them from the state with a compare-and-set, and returns the state
-// in force afterwards. A note is cleared only after JetStream acknowledged
-// it; publishing it again, after a crash or by a racing replica, carries
-// the same Nats-Msg-Id and is dropped by JetStream. When publishing fails
-// the notes stay pending and the device's timer (or the event's
-// redelivery) tries again. A repeat timer's wake publishes under its
-// shard's fence, so that a replica that lost the shard publishes nothing;
-// the event path publishes unfenced (the zero Fence).
+// flush publishes the pending notes of st that are due (muted ones are
+// dropped), then clears them from the state with a compare-and-set, and
+// returns the state in force afterwards. Under rate limits a note is due
+// at its send slot, which is reserved and stored first (see rate.go); a
+// note waiting for its slot stays pending and the device's timer wakes it
+// then. A note is cleared only after JetStream acknowledged it; publishing
+// it again, after a crash or by a racing replica, carries the same
+// Nats-Msg-Id and is dropped by JetStream. When publishing fails the notes
+// stay pending and the device's timer (or the event's redelivery) tries
+// again. A repeat timer's wake publishes under its shard's fence, so that a
+// replica that lost the shard publishes nothing; the event path publishes
+// unfenced (the zero Fence).
 func (a *Alarms) flush(ctx context.Context, id string, st stored, fence dispatch.Fence) (stored, error) {
 	for attempt := 0; attempt < casAttempts; attempt++ {
 		if len(st.Pending) == 0 {
 			return st, nil
 		}
+		now := a.opts.Now()
+		var ok bool
+		var err error
+		if st, ok, err = a.reserve(ctx, id, st, now); err != nil {
+			return st, err
+		} else if !ok {
+			continue
+		}
+		ms := now.UnixMilli()
 		var msgs []dispatch.Message
-		var notes []Note
+		var notes, keep []Note
 		for _, n := range st.Pending {
-			if n.Muted {
+			switch {
+			case n.Slot > ms:
+				keep = append(keep, n)
+				continue
+			case n.Muted:
 				continue
 			}
 			msg, err := dispatch.Encode(a.pub.Subjects().Alarm(n.Type), n.ID, n.Alarm)
@@ -35,21 +51,32 @@ func (a *Alarms) flush(ctx context.Context, id string, st stored, fence dispatch
 			msgs = append(msgs, msg)
 			notes = append(notes, n)
 		}
+		if len(keep) == len(st.Pending) {
+			return st, nil // every note waits for its slot
+		}
 		for j, err := range a.pub.PublishFenced(ctx, fence, msgs) {
 			if err != nil {
 				a.m.publishErrors.Inc()
 				return st, fmt.Errorf("alarm: notify %s: %w", notes[j].ID, err)
 			}
 		}
+		acked := a.opts.Now().UnixMilli()
+		for _, n := range notes {
+			if n.Slot > 0 {
+				a.m.lateness.Observe(float64(max(acked-n.Slot, 0)) / 1e3)
+			}
+		}
 		next := st.State
-		next.Pending = nil
+		next.Pending = keep
 		cur, ok, err := a.cas(ctx, id, st, next)
 		if err != nil {
 			return st, err
 		}
 		if ok {
 			for _, n := range st.Pending {
-				a.m.notified(n)
+				if n.Slot <= ms {
+					a.m.notified(n)
+				}
 			}
 			return cur, nil
 		}

@@ -49,6 +49,9 @@ const (
 type Note struct {
 	dispatch.Alarm
 	Muted bool `json:"muted,omitempty"`
+	// Slot is the send slot the rate limits gave the note (unix ms; 0: none
+	// yet, or unlimited): it is published at or after it (see rate.go).
+	Slot int64 `json:"slot,omitempty"`
 }
 
 // State is a device's alarm as stored in Redis (JSON, one HASH field per
@@ -154,6 +157,18 @@ func (m machine) note(st *State, state, reason string) {
 		State: state, Reason: reason, Count: st.Count, Since: st.Since, At: m.now,
 		Group: cmp.Or(m.group, st.Group),
 	}}
+	if state == Repeat {
+		// A repeat of this alarm still waiting for its send slot is replaced
+		// by this one, which takes its slot: one repeat goes out, with the
+		// latest count.
+		j := slices.IndexFunc(st.Pending, func(p Note) bool {
+			return p.State == Repeat && p.Since == st.Since && p.Slot > 0
+		})
+		if j >= 0 {
+			n.Slot = st.Pending[j].Slot
+			st.Pending = slices.Delete(st.Pending, j, j+1)
+		}
+	}
 	st.Pending = append(st.Pending, n)
 	st.Last = state
 	if reason != "" {
@@ -407,7 +422,8 @@ func (m machine) remove(st *State) {
 
 // wake returns when the device's timer must fire next (0: never): the next
 // repeat, the end of an ack or of flapping, and, while notifications are
-// pending, retry after retry.
+// pending, the earliest send slot still to come or, for a note that could
+// be published now, retry after retry.
 func (st State) wake(now int64, retry time.Duration) int64 {
 	var w int64
 	switch st.Phase {
@@ -419,8 +435,11 @@ func (st State) wake(now int64, retry time.Duration) int64 {
 	case Damped:
 		w = st.StableAt
 	}
-	if len(st.Pending) > 0 {
+	for _, n := range st.Pending {
 		r := now + retry.Milliseconds()
+		if n.Slot > now {
+			r = n.Slot
+		}
 		if w == 0 || r < w {
 			w = r
 		}

@@ -197,10 +197,17 @@ func (a *Alarms) transition(ctx context.Context, id string, now time.Time, decid
 			}
 			return old, nil
 		}
-		if len(next.Pending) > len(old.Pending) {
-			if err := a.mute(ctx, next.Pending[len(old.Pending):], now); err != nil {
+		// decide appends notes; a repeat it coalesced leaves its place for
+		// the one appended.
+		gone := coalesced(old.Pending, next.Pending)
+		if k := len(old.Pending) - gone; len(next.Pending) > k {
+			if err := a.mute(ctx, next.Pending[k:], now); err != nil {
 				return stored{}, err
 			}
+		}
+		slotted, err := a.slots(ctx, id, &next, now.UnixMilli())
+		if err != nil {
+			return stored{}, err
 		}
 		next.At = now.UnixMilli()
 		if w := next.wake(now.UnixMilli(), pendingRetry); w > 0 {
@@ -214,6 +221,8 @@ func (a *Alarms) transition(ctx context.Context, id string, now time.Time, decid
 			return stored{}, err
 		}
 		if ok {
+			a.m.coalesced.Add(float64(gone))
+			a.counted(slotted, now.UnixMilli())
 			return cur, nil
 		}
 	}

@@ -201,6 +201,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		a.alarms, err = alarm.New(alarm.Options{
 			Policy: cfg.Alarm.Policy, Replica: replica, AckWait: cfg.Alarm.AckWait,
 			LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll, Batch: cfg.Scanner.Batch,
+			Rate: cfg.Alarm.Rate, RateTotal: cfg.Alarm.RateTotal,
 			Registry: a.registry, Now: now, Storm: cfg.Storm, Threshold: a.thr.For,
 		}, a.store, a.topo, a.timers, a.rtopo, a.pub, a.reg, log.With("role", "alarm"))
 		if err != nil {

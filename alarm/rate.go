@@ -1,0 +1,133 @@
+package alarm
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/sigwatch/sigwatch/dispatch"
+)
+
+// Rate limits protect what consumes the notifications. Options.Rate caps
+// the notifications of each type (as it appears in the subject) per
+// second and Options.RateTotal those of all types, across every replica:
+// the pace lives in Redis (shard.Store.ReserveSlots), where each note gets
+// a send slot GCRA-style, one emission interval after the last of its type
+// and of all. A note is published at its slot or later, never dropped:
+// the device's timer wakes it at its slot. Slots are written into the
+// device's state before anything is published, so a retry after a crash
+// or a failed publish reuses its slot instead of taking another. Repeats of
+// an alarm waiting for their slot are coalesced (machine.note).
+
+// minRate and maxRate bound a rate limit: one notification in 1000
+// seconds, one a millisecond (slots are whole milliseconds).
+const (
+	minRate = 0.001
+	maxRate = 1000
+)
+
+// emission is the interval between two notifications at rate per second,
+// rounded up to a whole millisecond so the rate is never exceeded (0:
+// unlimited).
+func emission(rate float64) time.Duration {
+	if rate <= 0 {
+		return 0
+	}
+	return time.Duration(math.Ceil(1000/min(max(rate, minRate), maxRate))) * time.Millisecond
+}
+
+// limited reports whether notifications are paced.
+func (a *Alarms) limited() bool { return a.opts.Rate > 0 || a.opts.RateTotal > 0 }
+
+// coalesced counts the notes of old that next no longer holds: within a
+// transition only a coalesced repeat leaves.
+func coalesced(old, next []Note) int {
+	n := 0
+	for _, o := range old {
+		if !slices.ContainsFunc(next, func(x Note) bool { return x.ID == o.ID }) {
+			n++
+		}
+	}
+	return n
+}
+
+// slots gives every pending note of st that has no send slot (and is not
+// muted) one, in place, and returns the notes it gave one, to be counted
+// once st is written (see counted). Transitions reserve the slots of the
+// notes they decide, so that they are written, and the timer armed for
+// them, with the transition itself.
+func (a *Alarms) slots(ctx context.Context, id string, st *State, now int64) ([]Note, error) {
+	if !a.limited() {
+		return nil, nil
+	}
+	var types []string
+	var idx []int
+	for j, n := range st.Pending {
+		if n.Slot == 0 && !n.Muted {
+			types = append(types, dispatch.SanitizeType(n.Type))
+			idx = append(idx, j)
+		}
+	}
+	if len(idx) == 0 {
+		return nil, nil
+	}
+	got, err := a.store.ReserveSlots(ctx, now, types, emission(a.opts.Rate), emission(a.opts.RateTotal))
+	if err != nil {
+		return nil, fmt.Errorf("alarm: pace notifications of %s: %w", id, err)
+	}
+	st.Pending = slices.Clone(st.Pending)
+	out := make([]Note, len(idx))
+	for k, j := range idx {
+		st.Pending[j].Slot = got[k]
+		out[k] = st.Pending[j]
+	}
+	return out, nil
+}
+
+// counted counts notes given a slot at now into the metrics.
+func (a *Alarms) counted(notes []Note, now int64) {
+	for _, n := range notes {
+		if n.Slot > now {
+			a.m.delayed.WithLabelValues(dispatch.SanitizeType(n.Type)).Inc()
+		}
+		a.m.delay.Observe(float64(max(n.Slot-n.At, 0)) / 1e3)
+	}
+}
+
+// reserve gives the pending notes of st that have no send slot one (notes
+// a transition decided have theirs already; these are left from a state
+// written without limits) and writes them with a compare-and-set before
+// anything is published, arming the timer for the earliest slot first. It
+// returns the state in force afterwards, and false when another transition
+// came first: its state is returned (the slots reserved are left unused,
+// a gap in the pace, never an excess).
+func (a *Alarms) reserve(ctx context.Context, id string, st stored, now time.Time) (stored, bool, error) {
+	ms := now.UnixMilli()
+	next := st.State
+	got, err := a.slots(ctx, id, &next, ms)
+	if err != nil || len(got) == 0 {
+		return st, err == nil, err
+	}
+	if err := a.arm(ctx, id, next.wake(ms, pendingRetry), now); err != nil {
+		return st, false, err
+	}
+	cur, ok, err := a.cas(ctx, id, st, next)
+	if err != nil {
+		return st, false, err
+	}
+	if !ok {
+		won, err := a.load(ctx, id)
+		if err != nil {
+			return st, false, err
+		}
+		// The arming may have moved a timer the winner's state needs.
+		if err := a.restore(ctx, id, won.wake(ms, pendingRetry)); err != nil {
+			return won, false, err
+		}
+		return won, false, nil
+	}
+	a.counted(got, ms)
+	return cur, true, nil
+}
