@@ -28,15 +28,20 @@ const (
 	maxRate = 1000
 )
 
-// emission is the interval between two notifications at rate per second,
-// rounded up to a whole millisecond so the rate is never exceeded (0:
-// unlimited).
-func emission(rate float64) time.Duration {
+// Spacing is the interval between two notifications paced at rate per
+// second (0: unlimited): a tenth wider than 1/rate, rounded up to a whole
+// millisecond. The rate is a ceiling on what downstream sees in any
+// second, and notes are published a little after their slots; the tenth
+// lets that lag reach 100 ms, at any rate, before a second could hold more
+// than rate of them.
+func Spacing(rate float64) time.Duration {
 	if rate <= 0 {
 		return 0
 	}
-	return time.Duration(math.Ceil(1000/min(max(rate, minRate), maxRate))) * time.Millisecond
+	return time.Duration(math.Ceil(1100/min(max(rate, minRate), maxRate))) * time.Millisecond
 }
+
+func emission(rate float64) time.Duration { return Spacing(rate) }
 
 // limited reports whether notifications are paced.
 func (a *Alarms) limited() bool { return a.opts.Rate > 0 || a.opts.RateTotal > 0 }

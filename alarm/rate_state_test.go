@@ -86,14 +86,14 @@ func TestWakeAtSlot(t *testing.T) {
 	}
 }
 
-// TestEmission: the interval between notifications is rounded up to a
-// whole millisecond, so the rate is never exceeded (config refuses rates
-// above 1000/s, which a millisecond cannot hold).
+// TestEmission: the interval between notifications is a tenth wider than
+// 1/rate, rounded up to a whole millisecond, so the rate is never exceeded
+// (config refuses rates above 1000/s).
 func TestEmission(t *testing.T) {
 	for _, c := range []struct {
 		rate float64
 		want time.Duration
-	}{{0, 0}, {10, 100 * time.Millisecond}, {3, 334 * time.Millisecond}, {0.5, 2 * time.Second}, {5000, time.Millisecond}} {
+	}{{0, 0}, {10, 110 * time.Millisecond}, {3, 367 * time.Millisecond}, {0.5, 2200 * time.Millisecond}, {5000, 2 * time.Millisecond}} {
 		if got := emission(c.rate); got != c.want {
 			t.Errorf("emission(%v) = %v, want %v", c.rate, got, c.want)
 		}

@@ -91,17 +91,16 @@ func (h *harness) storedNotes() []storedNote {
 }
 
 // checkPaced checks that the notifications ns, as the stream stored them,
-// came at the rate perSecond, over at least span. Slots are one emission
-// interval T = 1s/perSecond apart, and a note is stored at its slot or up
-// to late after it (its timer's lag and the publish): so any second of
-// stream times [t, t+1s) holds only notes whose slots lie in [t-late,
-// t+1s), at most ceil((1s+late)/T) of them. late is measured
-// (notification_lateness_seconds, see latenessBound) and must stay below T,
-// which leaves one more than perSecond as the most that timer jitter can
-// put in a second; the slots themselves never hold more than perSecond.
+// came at the rate perSecond, over at least span. Slots are T =
+// Spacing(perSecond) = 1.1s/perSecond apart, and a note is stored at its
+// slot or up to late after it (its timer's lag and the publish): so any
+// second of stream times [t, t+1s) holds only notes whose slots lie in
+// [t-late, t+1s), at most ceil((1s+late)/T) of them. late is measured
+// (notification_lateness_seconds, see latenessBound): up to 100 ms that is
+// perSecond.
 func checkPaced(t *testing.T, what string, ns []storedNote, perSecond int, late, span time.Duration) {
 	t.Helper()
-	T := time.Second / time.Duration(perSecond)
+	T := Spacing(float64(perSecond))
 	allowed := int((time.Second + late + T - 1) / T)
 	var ts []time.Time
 	for _, n := range ns {

@@ -128,12 +128,12 @@ func TestRateLimitPacesAStorm(t *testing.T) {
 }
 
 // checkPacedE2E checks stream times against the rate as alarm's
-// checkPaced does: slots are 1s/rate apart and each note is stored within
-// late after its slot, so a second of stream times holds at most
-// ceil((1s+late)/T) notes, one more than rate while late < T.
+// checkPaced does: slots are T = alarm.Spacing(rate) apart and each note is
+// stored within late after its slot, so a second of stream times holds at
+// most ceil((1s+late)/T) notes: rate while late stays within 100 ms.
 func checkPacedE2E(t *testing.T, times []time.Time, rate int, late, span time.Duration) {
 	t.Helper()
-	T := time.Second / time.Duration(rate)
+	T := alarm.Spacing(float64(rate))
 	allowed := int((time.Second + late + T - 1) / T)
 	most, at := testenv.MaxInWindow(times, time.Second)
 	if most > allowed {
