@@ -88,6 +88,7 @@ type Lost struct {
 	LastSeen int64  `json:"last_seen"`
 	FiredAt  int64  `json:"fired_at"`
 	Shard    int    `json:"shard"`
+	Group    string `json:"group,omitempty"`
 }
 
 // LostID is the de-duplication id of the lost event for one deadline.
@@ -102,6 +103,7 @@ type Recovered struct {
 	Type        string `json:"type"`
 	LostAt      int64  `json:"lost_at"`
 	RecoveredAt int64  `json:"recovered_at"`
+	Group       string `json:"group,omitempty"`
 }
 
 // RecoveredID is the de-duplication id of the recovery from the loss at
@@ -120,6 +122,7 @@ type Alarm struct {
 	Count  int    `json:"count"`
 	Since  int64  `json:"since"`
 	At     int64  `json:"at"`
+	Group  string `json:"group,omitempty"`
 }
 
 // System says sigwatch's own state changed: Kind names what happened
