@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -173,10 +174,13 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
 	todo := make([]shard.Sighting, 0, len(latest))
 	for id, s := range latest {
 		if s.id != "" { // always in this batch
-			todo = append(todo, shard.Sighting{ID: id, Type: s.typ})
+			todo = append(todo, shard.Sighting{ID: id, Type: s.typ, Group: s.group})
 		}
 	}
 	var back []dispatch.Recovered
+	// regrouped are the devices back from being lost whose group changed:
+	// the durable registry learns it with the new devices.
+	regrouped := map[string]bool{}
 	for attempt := 0; len(todo) > 0; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, storeTimeout)
 		p.store.SeenMulti(actx, todo, p.opts.Now().UnixMilli())
@@ -198,12 +202,17 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
 				if typ == "" {
 					typ = d.Prev.Type
 				}
+				group := cmp.Or(s.group, d.Prev.Group)
+				if group != d.Prev.Group {
+					regrouped[d.ID] = true
+				}
 				back = append(back, dispatch.Recovered{
 					ID:          dispatch.RecoveredID(d.ID, d.Prev.LostDeadline),
 					Device:      d.ID,
 					Type:        typ,
 					LostAt:      d.Prev.LostDeadline,
 					RecoveredAt: s.at,
+					Group:       group,
 				})
 			}
 		}
@@ -214,7 +223,7 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
 			return false
 		}
 	}
-	ok := p.remember(ctx, latest, back)
+	ok := p.remember(ctx, latest, back, regrouped)
 	p.recovered(ctx, back)
 	return ok
 }
@@ -225,7 +234,9 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
 // them does not make sigwatch forget them. A new device costs one
 // asynchronous publish. A recovery's event is in the stream, where a
 // restore reads it; the registry's copy catches up at its next checkpoint.
-func (p *pipeline) remember(ctx context.Context, latest map[string]signal, back []dispatch.Recovered) bool {
+// A recovered device whose group changed (regrouped) is written like a new
+// one: its group is in no event.
+func (p *pipeline) remember(ctx context.Context, latest map[string]signal, back []dispatch.Recovered, regrouped map[string]bool) bool {
 	reg := p.opts.Registry
 	if reg == nil || len(latest) == 0 {
 		return true
@@ -239,15 +250,18 @@ func (p *pipeline) remember(ctx context.Context, latest map[string]signal, back 
 		if t := latest[r.ID].typ; t != "" && t != r.Type {
 			r.Type, keep = t, true
 		}
+		if g := latest[r.ID].group; g != "" && g != r.Group {
+			r.Group, keep = g, true
+		}
 		return keep, false
 	}
 	var recs []dispatch.DeviceRecord
 	for id, s := range latest {
 		switch {
 		case s.id == "":
-		case cleared[id] != 0:
+		case cleared[id] != 0 && !regrouped[id]:
 		default:
-			recs = append(recs, dispatch.DeviceRecord{ID: id, Type: s.typ})
+			recs = append(recs, dispatch.DeviceRecord{ID: id, Type: s.typ, Group: s.group})
 		}
 	}
 	for attempt := 0; len(recs) > 0; attempt++ {
