@@ -178,8 +178,10 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
 		}
 	}
 	var back []dispatch.Recovered
-	// regrouped are the devices back from being lost whose group changed:
-	// the durable registry learns it with the new devices.
+	// groups are the groups the devices have now (the signal's, else the
+	// one they had); regrouped the devices back from being lost whose group
+	// changed: the durable registry learns it with the new devices.
+	groups := make(map[string]string, len(todo))
 	regrouped := map[string]bool{}
 	for attempt := 0; len(todo) > 0; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, storeTimeout)
@@ -196,13 +198,14 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
 			if !d.Existed {
 				p.m.newDevices.Inc()
 			}
+			groups[d.ID] = cmp.Or(latest[d.ID].group, d.Prev.Group)
 			if d.Prev.LostDeadline != 0 {
 				s := latest[d.ID]
 				typ := s.typ
 				if typ == "" {
 					typ = d.Prev.Type
 				}
-				group := cmp.Or(s.group, d.Prev.Group)
+				group := groups[d.ID]
 				if group != d.Prev.Group {
 					regrouped[d.ID] = true
 				}
@@ -223,7 +226,7 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
 			return false
 		}
 	}
-	ok := p.remember(ctx, latest, back, regrouped)
+	ok := p.remember(ctx, latest, groups, back, regrouped)
 	p.recovered(ctx, back)
 	return ok
 }
@@ -234,9 +237,10 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
 // them does not make sigwatch forget them. A new device costs one
 // asynchronous publish. A recovery's event is in the stream, where a
 // restore reads it; the registry's copy catches up at its next checkpoint.
-// A recovered device whose group changed (regrouped) is written like a new
-// one: its group is in no event.
-func (p *pipeline) remember(ctx context.Context, latest map[string]signal, back []dispatch.Recovered, regrouped map[string]bool) bool {
+// A device's group is its groups entry (one set through the API before it
+// was first seen included); a recovered device whose group changed
+// (regrouped) is written like a new one: its group is in no event.
+func (p *pipeline) remember(ctx context.Context, latest map[string]signal, groups map[string]string, back []dispatch.Recovered, regrouped map[string]bool) bool {
 	reg := p.opts.Registry
 	if reg == nil || len(latest) == 0 {
 		return true
@@ -250,7 +254,7 @@ func (p *pipeline) remember(ctx context.Context, latest map[string]signal, back 
 		if t := latest[r.ID].typ; t != "" && t != r.Type {
 			r.Type, keep = t, true
 		}
-		if g := latest[r.ID].group; g != "" && g != r.Group {
+		if g := groups[r.ID]; g != "" && g != r.Group {
 			r.Group, keep = g, true
 		}
 		return keep, false
@@ -261,7 +265,7 @@ func (p *pipeline) remember(ctx context.Context, latest map[string]signal, back 
 		case s.id == "":
 		case cleared[id] != 0 && !regrouped[id]:
 		default:
-			recs = append(recs, dispatch.DeviceRecord{ID: id, Type: s.typ, Group: s.group})
+			recs = append(recs, dispatch.DeviceRecord{ID: id, Type: s.typ, Group: groups[id]})
 		}
 	}
 	for attempt := 0; len(recs) > 0; attempt++ {

@@ -148,3 +148,35 @@ func TestReservedIDPrefix(t *testing.T) {
 		t.Errorf("CheckID($sigwatch-x) = %v, want ErrReservedID", err)
 	}
 }
+
+// A first-seen device's group reaches the durable registry with it: the
+// group of its signal, else one set before it was first seen; a device
+// back from being lost on another group is written again.
+func TestGroupsReachTheDurableRegistry(t *testing.T) {
+	r := newRig(t, testenv.Options{})
+	ctx := context.Background()
+	reg, err := r.pub.OpenRegistry(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.store.SetGroup(ctx, "pre", "gw-pre"); err != nil {
+		t.Fatal(err)
+	}
+	lostAt := time.Now().Add(-time.Minute).UnixMilli()
+	if _, err := r.store.SetGroup(ctx, "moved", "gw-old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.store.MarkLost(ctx, "moved", lostAt, lostAt+5); err != nil {
+		t.Fatal(err)
+	}
+	run := r.start(t, Options{Registry: reg})
+	if err := run.Signals(ctx, []Sig{{ID: "sig", Group: "gw-sig"}, {ID: "pre"}, {ID: "plain"}, {ID: "moved", Group: "gw-new"}}); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"sig": "gw-sig", "pre": "gw-pre", "plain": "", "moved": "gw-new"} {
+		rec, ok, err := reg.Get(ctx, id)
+		if err != nil || !ok || rec.Group != want {
+			t.Errorf("registry record of %s = %+v (found %v, %v), want group %q", id, rec, ok, err, want)
+		}
+	}
+}
