@@ -104,6 +104,18 @@ func TestDeviceGroupsEndToEnd(t *testing.T) {
 		t.Fatalf("POST /v1/signals with a group: %v %v", err, resp)
 	}
 	resp.Body.Close()
+	// The alarm keys storms under ids starting with $sigwatch-: no device
+	// may take one.
+	resp, err = http.Post("http://"+addr+"/v1/signals", "application/json",
+		bytes.NewReader([]byte(`[{"device":"$sigwatch-storm-gw-1"}]`)))
+	if err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("POST /v1/signals with a $sigwatch- id: %v %v, want 400", err, resp)
+	} else {
+		resp.Body.Close()
+	}
+	if code := put("$sigwatch-storm-gw-1", `{"group":"gw-1"}`); code != http.StatusBadRequest {
+		t.Errorf("PUT the group of a $sigwatch- id: %d, want 400", code)
+	}
 	if g, err := deviceGroup(t, addr, "p1"); err != nil || g != "gw-api" {
 		t.Errorf("group of p1 = %q, %v; want gw-api", g, err)
 	}
