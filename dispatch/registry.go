@@ -37,6 +37,7 @@ type DeviceRecord struct {
 	LostDeadline int64  `json:"ld,omitempty"`  // deadline it was declared lost at; 0 = not lost
 	LostAt       int64  `json:"la,omitempty"`
 	Alarm        string `json:"a,omitempty"` // the alarm role's raw state value (JSON text), "" = none
+	Group        string `json:"g,omitempty"` // the device's group, "" = none
 }
 
 // RegistryMeta is the installation record: it exists from the first start of an installation on,

@@ -205,7 +205,7 @@ func restoreTopology(ctx context.Context, s *shard.Store, seen shard.Topology, w
 }
 
 // restoreDevices puts back one batch of registry records: registry
-// entries, lost marks and overrides; a lost device's entry that a rollback
+// entries, lost marks, overrides and groups; a lost device's entry that a rollback
 // brought back is removed (a later score is a signal stored after its
 // loss: it recovered); every other device is re-armed a threshold from
 // now, which the outage rule then moves to a threshold after the outage.
@@ -217,7 +217,7 @@ func (g *Guard) restoreDevices(ctx context.Context, s *shard.Store, t shard.Topo
 	var lost []shard.Entry
 	byShard := make(map[int][]shard.Entry)
 	for j, r := range recs {
-		devs[j] = shard.Restored{ID: r.ID, Type: r.Type, Threshold: time.Duration(r.Threshold) * time.Millisecond,
+		devs[j] = shard.Restored{ID: r.ID, Type: r.Type, Group: r.Group, Threshold: time.Duration(r.Threshold) * time.Millisecond,
 			LostDeadline: r.LostDeadline, LostAt: r.LostAt}
 		if r.LostDeadline != 0 {
 			lost = append(lost, shard.Entry{ID: r.ID, Deadline: r.LostDeadline})

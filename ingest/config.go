@@ -21,6 +21,7 @@ type MQTTConfig struct {
 	Topics      []string         `yaml:"topics"`
 	IDLevel     int              `yaml:"id_level"`
 	TypeLevel   int              `yaml:"type_level"`
+	GroupLevel  int              `yaml:"group_level"`
 	SharedGroup string           `yaml:"shared_group"`
 	QoS         int              `yaml:"qos"` // 0, 1 or 2, run as configured
 	// OrderedBroker vouches that the broker delivers all of a session's
@@ -54,7 +55,7 @@ func DefaultMQTTConfig() MQTTConfig {
 		host = "sigwatch"
 	}
 	return MQTTConfig{Brokers: []string{"tcp://127.0.0.1:1883"}, ClientID: "sigwatch-" + host,
-		Topics: []string{"devices/+/signal"}, IDLevel: 1, TypeLevel: -1, QoS: int(DefaultQoS)}
+		Topics: []string{"devices/+/signal"}, IDLevel: 1, TypeLevel: -1, GroupLevel: -1, QoS: int(DefaultQoS)}
 }
 
 // DefaultTimestampConfig is the timestamp section when nothing is
@@ -83,6 +84,9 @@ func (c MQTTConfig) Validate() error {
 	}
 	if c.TypeLevel == c.IDLevel {
 		bad("mqtt.type_level must differ from mqtt.id_level (use -1 for none)")
+	}
+	if c.GroupLevel >= 0 && (c.GroupLevel == c.IDLevel || c.GroupLevel == c.TypeLevel) {
+		bad("mqtt.group_level must differ from mqtt.id_level and mqtt.type_level (use -1 for none)")
 	}
 	if strings.ContainsAny(c.SharedGroup, "/+#") {
 		bad("mqtt.shared_group %q must not contain '/', '+' or '#'", c.SharedGroup)

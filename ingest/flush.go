@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -173,10 +174,15 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
 	todo := make([]shard.Sighting, 0, len(latest))
 	for id, s := range latest {
 		if s.id != "" { // always in this batch
-			todo = append(todo, shard.Sighting{ID: id, Type: s.typ})
+			todo = append(todo, shard.Sighting{ID: id, Type: s.typ, Group: s.group})
 		}
 	}
 	var back []dispatch.Recovered
+	// groups are the groups the devices have now (the signal's, else the
+	// one they had); regrouped the devices back from being lost whose group
+	// changed: the durable registry learns it with the new devices.
+	groups := make(map[string]string, len(todo))
+	regrouped := map[string]bool{}
 	for attempt := 0; len(todo) > 0; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, storeTimeout)
 		p.store.SeenMulti(actx, todo, p.opts.Now().UnixMilli())
@@ -192,11 +198,16 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
 			if !d.Existed {
 				p.m.newDevices.Inc()
 			}
+			groups[d.ID] = cmp.Or(latest[d.ID].group, d.Prev.Group)
 			if d.Prev.LostDeadline != 0 {
 				s := latest[d.ID]
 				typ := s.typ
 				if typ == "" {
 					typ = d.Prev.Type
+				}
+				group := groups[d.ID]
+				if group != d.Prev.Group {
+					regrouped[d.ID] = true
 				}
 				back = append(back, dispatch.Recovered{
 					ID:          dispatch.RecoveredID(d.ID, d.Prev.LostDeadline),
@@ -204,6 +215,7 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
 					Type:        typ,
 					LostAt:      d.Prev.LostDeadline,
 					RecoveredAt: s.at,
+					Group:       group,
 				})
 			}
 		}
@@ -214,7 +226,7 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
 			return false
 		}
 	}
-	ok := p.remember(ctx, latest, back)
+	ok := p.remember(ctx, latest, groups, back, regrouped)
 	p.recovered(ctx, back)
 	return ok
 }
@@ -225,7 +237,10 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
 // them does not make sigwatch forget them. A new device costs one
 // asynchronous publish. A recovery's event is in the stream, where a
 // restore reads it; the registry's copy catches up at its next checkpoint.
-func (p *pipeline) remember(ctx context.Context, latest map[string]signal, back []dispatch.Recovered) bool {
+// A device's group is its groups entry (one set through the API before it
+// was first seen included); a recovered device whose group changed
+// (regrouped) is written like a new one: its group is in no event.
+func (p *pipeline) remember(ctx context.Context, latest map[string]signal, groups map[string]string, back []dispatch.Recovered, regrouped map[string]bool) bool {
 	reg := p.opts.Registry
 	if reg == nil || len(latest) == 0 {
 		return true
@@ -239,15 +254,18 @@ func (p *pipeline) remember(ctx context.Context, latest map[string]signal, back 
 		if t := latest[r.ID].typ; t != "" && t != r.Type {
 			r.Type, keep = t, true
 		}
+		if g := groups[r.ID]; g != "" && g != r.Group {
+			r.Group, keep = g, true
+		}
 		return keep, false
 	}
 	var recs []dispatch.DeviceRecord
 	for id, s := range latest {
 		switch {
 		case s.id == "":
-		case cleared[id] != 0:
+		case cleared[id] != 0 && !regrouped[id]:
 		default:
-			recs = append(recs, dispatch.DeviceRecord{ID: id, Type: s.typ})
+			recs = append(recs, dispatch.DeviceRecord{ID: id, Type: s.typ, Group: groups[id]})
 		}
 	}
 	for attempt := 0; len(recs) > 0; attempt++ {

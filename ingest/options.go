@@ -31,8 +31,11 @@ type Options struct {
 	// TypeLevel the level carrying the device type (-1: none). The zero
 	// pair (both 0, which could never be valid) selects the defaults 1 and
 	// -1.
-	IDLevel     int
-	TypeLevel   int
+	IDLevel   int
+	TypeLevel int
+	// GroupLevel is the level carrying the device's group; nil or negative:
+	// none (a level of its own, since 0 is a level).
+	GroupLevel  *int
 	SharedGroup string // if set, subscribe "$share/<group>/<filter>"
 	// QoS is the subscription's QoS: 0, 1 or 2; nil selects 1. At 1 and 2
 	// a message is acked only once its deadline is stored, so the broker
@@ -142,6 +145,11 @@ func (o *Options) defaults() error {
 	if o.TypeLevel < 0 {
 		o.TypeLevel = -1
 	}
+	g := -1
+	if o.GroupLevel != nil && *o.GroupLevel >= 0 {
+		g = *o.GroupLevel
+	}
+	o.GroupLevel = &g
 	// A copy, so that the caller's byte is not shared with Run.
 	q := DefaultQoS
 	if o.QoS != nil {
@@ -181,13 +189,17 @@ func (o *Options) defaults() error {
 	case strings.ContainsAny(o.ProbeTopic, "+#"):
 		return fmt.Errorf("ingest: options: probe topic %q must not contain wildcards", o.ProbeTopic)
 	}
-	mc := MQTTConfig{IDLevel: o.IDLevel, TypeLevel: o.TypeLevel, QoS: int(*o.QoS), SharedGroup: o.SharedGroup}
+	mc := MQTTConfig{IDLevel: o.IDLevel, TypeLevel: o.TypeLevel, GroupLevel: *o.GroupLevel, QoS: int(*o.QoS), SharedGroup: o.SharedGroup}
 	tc := TimestampConfig{Mode: o.TimestampMode, MaxSkew: o.MaxSkew}
 	if err := errors.Join(mc.Validate(), tc.Validate()); err != nil {
 		return fmt.Errorf("ingest: options: %w", err)
 	}
 	return nil
 }
+
+// ReservedIDPrefix starts the device ids sigwatch keeps for itself (its
+// probes, and the alarm's group and fleet storms): no device may use them.
+const ReservedIDPrefix = "$sigwatch-"
 
 // ProbeIDPrefix starts the device id of a probe that rides a signal
 // subscription (ProbeTopicUnder). Such ids are never devices: a member

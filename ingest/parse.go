@@ -30,8 +30,9 @@ var (
 	ErrEmptyID          = &InvalidError{"empty_id", "device id is empty"}
 	ErrIDTooLong        = &InvalidError{"id_too_long", "device id is too long"}
 	ErrBadID            = &InvalidError{"bad_id", "device id has control characters or is not UTF-8"}
-	ErrReservedID       = &InvalidError{"reserved_id", "device ids starting with " + ProbeIDPrefix + " are ingest's watermark probes"}
+	ErrReservedID       = &InvalidError{"reserved_id", "device ids starting with " + ReservedIDPrefix + " are sigwatch's own"}
 	ErrBadType          = &InvalidError{"bad_type", "device type has control characters, is not UTF-8 or is too long"}
+	ErrBadGroup         = &InvalidError{"bad_group", "device group has control characters, is not UTF-8 or is too long"}
 	ErrBadPayload       = &InvalidError{"bad_payload", "payload is not a JSON object"}
 	ErrMissingTimestamp = &InvalidError{"missing_timestamp", `payload has no "ts" field`}
 	ErrBadTimestamp     = &InvalidError{"bad_timestamp", `payload "ts" is neither unix ms nor RFC 3339`}
@@ -40,7 +41,7 @@ var (
 // reasons lists every InvalidError, so metrics can be created up front.
 var reasons = []*InvalidError{
 	ErrNoIDLevel, ErrEmptyID, ErrIDTooLong, ErrBadID, ErrReservedID, ErrBadType,
-	ErrBadPayload, ErrMissingTimestamp, ErrBadTimestamp,
+	ErrBadGroup, ErrBadPayload, ErrMissingTimestamp, ErrBadTimestamp,
 }
 
 // reasonOf returns the reason token of err ("other" if it is no InvalidError).
@@ -53,20 +54,21 @@ func reasonOf(err error) string {
 }
 
 // ParseTopic extracts the device id at level idLevel (0-based, levels split
-// by '/') and, when typeLevel >= 0 and the topic has that level, the device
-// type. The id must pass CheckID; the type obeys the same rules but may be
-// empty. Characters that are special in NATS
-// subjects ('*', '>', '.', spaces) are valid: ids never become subjects.
+// by '/') and, when typeLevel (groupLevel) >= 0 and the topic has that
+// level, the device type (group). The id must pass CheckID; the type and
+// the group obey the same rules but may be empty. Characters that are
+// special in NATS subjects ('*', '>', '.', spaces) are valid: ids never
+// become subjects, and types and groups only sanitised.
 //
-// ParseTopic does not allocate: id and typ share topic's memory.
-func ParseTopic(topic string, idLevel, typeLevel int, maxIDLen int) (id, typ string, err error) {
+// ParseTopic does not allocate: id, typ and group share topic's memory.
+func ParseTopic(topic string, idLevel, typeLevel, groupLevel int, maxIDLen int) (id, typ, group string, err error) {
 	if idLevel < 0 {
-		return "", "", ErrNoIDLevel
+		return "", "", "", ErrNoIDLevel
 	}
 	if maxIDLen <= 0 {
 		maxIDLen = DefaultMaxIDLen
 	}
-	last := max(idLevel, typeLevel)
+	last := max(idLevel, typeLevel, groupLevel)
 	haveID := false
 	rest := topic
 	for level := 0; level <= last; level++ {
@@ -77,21 +79,27 @@ func ParseTopic(topic string, idLevel, typeLevel int, maxIDLen int) (id, typ str
 		if level == typeLevel {
 			typ = seg
 		}
+		if level == groupLevel {
+			group = seg
+		}
 		if !more {
 			break
 		}
 		rest = tail
 	}
 	if !haveID {
-		return "", "", ErrNoIDLevel
+		return "", "", "", ErrNoIDLevel
 	}
 	if err := CheckID(id, maxIDLen); err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
 	if err := checkType(typ, maxIDLen); err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
-	return id, typ, nil
+	if err := CheckGroup(group, maxIDLen); err != nil {
+		return "", "", "", err
+	}
+	return id, typ, group, nil
 }
 
 // CheckID is the one rule for device ids, wherever they come from (an MQTT
@@ -110,7 +118,7 @@ func CheckID(id string, maxIDLen int) error {
 		return ErrIDTooLong
 	case !printable(id):
 		return ErrBadID
-	case strings.HasPrefix(id, ProbeIDPrefix):
+	case strings.HasPrefix(id, ReservedIDPrefix):
 		return ErrReservedID
 	}
 	return nil
@@ -123,6 +131,15 @@ func checkType(typ string, maxIDLen int) error {
 	}
 	if len(typ) > maxIDLen || !printable(typ) {
 		return ErrBadType
+	}
+	return nil
+}
+
+// CheckGroup applies the type rules to a device group, which may be empty
+// (none): ErrBadGroup.
+func CheckGroup(group string, maxIDLen int) error {
+	if checkType(group, maxIDLen) != nil {
+		return ErrBadGroup
 	}
 	return nil
 }

@@ -36,7 +36,7 @@ func TestParseTopic(t *testing.T) {
 		{"devices/a\xffb/signal", 1, -1, "", "", ErrBadID},
 		{"devices/p\x00/d1", 2, 1, "", "", ErrBadType},
 	} {
-		id, typ, err := ParseTopic(tc.topic, tc.idLevel, tc.typeLvl, 256)
+		id, typ, _, err := ParseTopic(tc.topic, tc.idLevel, tc.typeLvl, -1, 256)
 		if id != tc.id || typ != tc.typ || !errors.Is(err, tc.err) {
 			t.Errorf("ParseTopic(%q, %d, %d) = %q, %q, %v; want %q, %q, %v",
 				tc.topic, tc.idLevel, tc.typeLvl, id, typ, err, tc.id, tc.typ, tc.err)
@@ -46,7 +46,7 @@ func TestParseTopic(t *testing.T) {
 
 func TestParseTopicDoesNotAllocate(t *testing.T) {
 	n := testing.AllocsPerRun(100, func() {
-		ParseTopic("devices/pump/device-0042/signal", 2, 1, 256)
+		ParseTopic("gw-17/pump/device-0042/signal", 2, 1, 0, 256)
 	})
 	if n != 0 {
 		t.Errorf("ParseTopic allocates %v times per call, want 0", n)
@@ -97,22 +97,25 @@ func TestClamp(t *testing.T) {
 }
 
 func FuzzParseTopic(f *testing.F) {
-	f.Add("devices/d1/signal", 1, -1, 256)
-	f.Add("devices/pump/d1/signal", 2, 1, 256)
-	f.Add("devices//signal", 1, -1, 256)
-	f.Add("devices/a\x01/signal", 1, 0, 8)
-	f.Add("/", 0, 1, 0)
-	f.Add("a/b/c/d/e", 4, 3, 1)
-	f.Fuzz(func(t *testing.T, topic string, idLevel, typeLevel, maxIDLen int) {
-		idLevel, typeLevel = idLevel%16, typeLevel%16 // keep levels meaningful
-		id, typ, err := ParseTopic(topic, idLevel, typeLevel, maxIDLen)
+	f.Add("devices/d1/signal", 1, -1, -1, 256)
+	f.Add("devices/pump/d1/signal", 2, 1, -1, 256)
+	f.Add("gw-17/pump/d1/signal", 2, 1, 0, 256)
+	f.Add("devices//signal", 1, -1, 2, 256)
+	f.Add("devices/a\x01/signal", 1, 0, 2, 8)
+	f.Add("devices/a/g\x01", 1, -1, 2, 8)
+	f.Add("/", 0, 1, 2, 0)
+	f.Add("a/b/c/d/e", 4, 3, 0, 1)
+	f.Fuzz(func(t *testing.T, topic string, idLevel, typeLevel, groupLevel, maxIDLen int) {
+		// Keep levels meaningful.
+		idLevel, typeLevel, groupLevel = idLevel%16, typeLevel%16, groupLevel%16
+		id, typ, group, err := ParseTopic(topic, idLevel, typeLevel, groupLevel, maxIDLen)
 		if err != nil {
 			var ie *InvalidError
 			if !errors.As(err, &ie) || ie.Reason == "" {
 				t.Fatalf("error %v is not an InvalidError with a reason", err)
 			}
-			if id != "" || typ != "" {
-				t.Fatalf("got id %q, type %q with error %v; want both empty", id, typ, err)
+			if id != "" || typ != "" || group != "" {
+				t.Fatalf("got id %q, type %q, group %q with error %v; want all empty", id, typ, group, err)
 			}
 			return
 		}
@@ -123,7 +126,10 @@ func FuzzParseTopic(f *testing.F) {
 		if id == "" || len(id) > limit || !utf8.ValidString(id) || strings.ContainsRune(id, '/') {
 			t.Fatalf("accepted id %q (limit %d)", id, limit)
 		}
-		for _, s := range []string{id, typ} {
+		if len(group) > limit {
+			t.Fatalf("accepted group %q (limit %d)", group, limit)
+		}
+		for _, s := range []string{id, typ, group} {
 			if !utf8.ValidString(s) || strings.IndexFunc(s, unicode.IsControl) >= 0 {
 				t.Fatalf("accepted %q with control characters or bad UTF-8", s)
 			}
@@ -134,6 +140,12 @@ func FuzzParseTopic(f *testing.F) {
 		}
 		if typeLevel >= 0 && typeLevel < len(levels) && levels[typeLevel] != typ {
 			t.Fatalf("type %q, want level %d %q", typ, typeLevel, levels[typeLevel])
+		}
+		if groupLevel >= 0 && groupLevel < len(levels) && levels[groupLevel] != group {
+			t.Fatalf("group %q, want level %d %q", group, groupLevel, levels[groupLevel])
+		}
+		if (groupLevel < 0 || groupLevel >= len(levels)) && group != "" {
+			t.Fatalf("group %q from no group level (%d of %d levels)", group, groupLevel, len(levels))
 		}
 	})
 }

@@ -60,9 +60,9 @@ type pipeline struct {
 // and how to report that it is stored. A signal with probe set is instead
 // the barrier of the watermark probe sent at that time.
 type signal struct {
-	id, typ string
-	shard   int
-	at      int64 // signal time, unix ms
+	id, typ, group string
+	shard          int
+	at             int64 // signal time, unix ms
 	// lo is the evidence of the signal's age: the broker had it no earlier
 	// than lo, unix ms (see source.onMessage). It is at when the signal's
 	// own time is the evidence (Signal).
@@ -81,11 +81,12 @@ type batch struct {
 }
 
 // signal computes the deadline of one signal and the shard it goes to.
-func (p *pipeline) signal(id, typ string, at time.Time, msg mqtt.Message, done chan error) signal {
+func (p *pipeline) signal(id, typ, group string, at time.Time, msg mqtt.Message, done chan error) signal {
 	ms := at.UnixMilli()
 	return signal{
 		id:       id,
 		typ:      typ,
+		group:    group,
 		shard:    shard.Of(id, p.topo.Current().Shards),
 		at:       ms,
 		lo:       ms,

@@ -9,6 +9,8 @@ import (
 // Sig is one signal handed to Signals by a caller that is not on MQTT.
 type Sig struct {
 	ID, Type string
+	// Group is the device's group; "" keeps the one it has.
+	Group string
 	// At is the signal's own time, clamped into [now-MaxSkew, now] as it
 	// enters the pipeline. Zero means the moment it enters the pipeline.
 	At time.Time
@@ -45,6 +47,9 @@ func (in *Ingest) Signals(ctx context.Context, sigs []Sig) error {
 		if err == nil {
 			err = checkType(s.Type, in.opts.MaxIDLen)
 		}
+		if err == nil {
+			err = CheckGroup(s.Group, in.opts.MaxIDLen)
+		}
 		if err != nil {
 			in.m.invalid[reasonOf(err)].Inc()
 			return &SignalError{Index: j, ID: s.ID, Err: err}
@@ -61,7 +66,7 @@ func (in *Ingest) Signals(ctx context.Context, sigs []Sig) error {
 	var err error
 	sent := 0
 	for _, s := range sigs {
-		if err = in.pipe.enqueueStamped(ctx, s.ID, s.Type, s.At, done); err != nil {
+		if err = in.pipe.enqueueStamped(ctx, s.ID, s.Type, s.Group, s.At, done); err != nil {
 			break
 		}
 		sent++
@@ -92,12 +97,12 @@ func (in *Ingest) Signals(ctx context.Context, sigs []Sig) error {
 // and a watermark of T says nothing about it). An own time at is clamped
 // against that moment. Like enqueue, it hands nothing over when the
 // pipeline is stopping or ctx ends first.
-func (p *pipeline) enqueueStamped(ctx context.Context, id, typ string, at time.Time, done chan error) error {
+func (p *pipeline) enqueueStamped(ctx context.Context, id, typ, group string, at time.Time, done chan error) error {
 	return p.hand(ctx, func() signal {
 		now := p.opts.Now()
 		if at.IsZero() {
 			at = now
 		}
-		return p.signal(id, typ, clamp(at, now, p.opts.MaxSkew), nil, done)
+		return p.signal(id, typ, group, clamp(at, now, p.opts.MaxSkew), nil, done)
 	}, true)
 }

@@ -502,8 +502,8 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 		return
 	}
 	now := s.opts.Now()
-	id, typ, err := ParseTopic(topic, s.opts.IDLevel, s.opts.TypeLevel, s.opts.MaxIDLen)
-	if errors.Is(err, ErrReservedID) {
+	id, typ, group, err := ParseTopic(topic, s.opts.IDLevel, s.opts.TypeLevel, *s.opts.GroupLevel, s.opts.MaxIDLen)
+	if errors.Is(err, ErrReservedID) && s.probeID(topic) {
 		m.Ack() // another member's probe (ProbeTopicUnder), not a device
 		return
 	}
@@ -535,7 +535,7 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 		s.dead.refuse(err, topic, m, now)
 		return
 	}
-	sig := s.pipe.signal(id, typ, at, m, nil)
+	sig := s.pipe.signal(id, typ, group, at, m, nil)
 	// A device's own older time is weaker evidence, and is what it is
 	// judged by. Without evidence, nothing shows the signal is newer than
 	// any loss.
@@ -641,4 +641,11 @@ func (s *source) onProbe(k int, m mqtt.Message) {
 	if barrier > 0 {
 		s.pipe.enqueueBarrier(barrier)
 	}
+}
+
+// probeID reports whether the id level of topic holds a probe's id
+// (ProbeTopicUnder): another member's probe, not a device.
+func (s *source) probeID(topic string) bool {
+	levels := strings.Split(topic, "/")
+	return s.opts.IDLevel < len(levels) && strings.HasPrefix(levels[s.opts.IDLevel], ProbeIDPrefix)
 }

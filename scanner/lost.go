@@ -56,7 +56,7 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 	for j, e := range due {
 		ids[j] = e.ID
 	}
-	types, err := h.store.Types(ctx, ids)
+	types, groups, err := h.store.TypesGroups(ctx, ids)
 	if err != nil {
 		return nil, nil, fmt.Errorf("scanner: shard %d: %w", i, err)
 	}
@@ -78,6 +78,7 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 			LastSeen: e.Deadline - thr.Milliseconds(),
 			FiredAt:  firedAt,
 			Shard:    i,
+			Group:    groups[j],
 		}
 		msg, err := dispatch.Encode(h.pub.Subjects().Lost(typ), ev.ID, ev)
 		if err != nil {
@@ -246,6 +247,7 @@ func (h *lost) Revived(ctx context.Context, fired, revived shard.Entry) error {
 		Type:        dev.Type,
 		LostAt:      fired.Deadline,
 		RecoveredAt: revived.Deadline - h.thr.For(id, dev.Type).Milliseconds(),
+		Group:       dev.Group,
 	}
 	msg, err := dispatch.Encode(h.pub.Subjects().Recovered(dev.Type), ev.ID, ev)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 type DeviceView struct {
 	Device       string `json:"device"`
 	Type         string `json:"type"`
+	Group        string `json:"group,omitempty"`
 	Watched      bool   `json:"watched"`
 	Shard        int    `json:"shard"`
 	Deadline     int64  `json:"deadline,omitempty"`
@@ -28,7 +29,7 @@ type DeviceView struct {
 }
 
 // Known reports whether the device was ever seen and is not removed.
-func (v DeviceView) Known() bool { return v.Watched || v.Type != "" || v.Lost }
+func (v DeviceView) Known() bool { return v.Watched || v.Type != "" || v.Group != "" || v.Lost }
 
 // Devices are the operations on one device across its deadline, the
 // registry and the thresholds, under the topology in force.
@@ -72,7 +73,7 @@ func (d *Devices) Get(ctx context.Context, id string) (DeviceView, error) {
 		return v, err
 	}
 	reg := ds[0]
-	v.Type = reg.Type
+	v.Type, v.Group = reg.Type, reg.Group
 	// A mark counts only while the device is not watched at a later
 	// deadline: a scanner that marked and then died before publishing
 	// leaves a mark behind on a device that signalled since.

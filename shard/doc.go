@@ -21,6 +21,7 @@
 //	watermark.go   the ingest watermark, its outages, ingest members
 //	registry.go    device types, sightings, lost marks (marked before
 //	               publishing, undone when not published)
+//	groups.go      device groups and each group's membership
 //	thresholds.go  per-device threshold overrides and Thresholds
 //	device.go      one device in every shard that may hold it: Get, and
 //	               Remove and SetThreshold fenced by topology

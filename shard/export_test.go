@@ -2,6 +2,8 @@ package shard
 
 import (
 	"context"
+	"strconv"
+	"strings"
 
 	"github.com/redis/rueidis"
 )
@@ -45,4 +47,26 @@ func (s *Store) DropOpenIndex(ctx context.Context, stray string) error {
 		}
 	}
 	return nil
+}
+
+// Calls returns how many times Redis ran cmd (as INFO commandstats counts
+// it, the calls from scripts included); for a single Redis.
+func (s *Store) Calls(ctx context.Context, cmd string) int64 {
+	info, err := s.c.Do(ctx, s.c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// DropMember takes id out of group's membership, as a crash between the
+// registry's write and the membership's would leave it.
+func (s *Store) DropMember(ctx context.Context, group, id string) error {
+	return s.c.Do(ctx, s.c.B().Srem().Key(s.k.GroupMembers(group)).Member(id).Build()).Error()
 }

@@ -159,3 +159,13 @@ func (k Keys) open(id string) string { return k.partKey(id, openName) }
 // from then on every state write keeps it. It lives with the meta keys, so
 // a Redis that lost them builds it again.
 func (k Keys) OpenIndexBuilt() string { return k.meta("open:built") }
+
+// Group is the HASH (id -> group name) of the devices of id's partition
+// and sub-partition that belong to a group.
+func (k Keys) Group(id string) string {
+	return k.partKey(id, "grp:"+strconv.Itoa(int(Hash(id)>>48&(registrySubs-1))))
+}
+
+// GroupMembers is the SET of the watched devices of group: a hash tag of
+// its own per group, so its size is one SCARD on one slot.
+func (k Keys) GroupMembers(group string) string { return k.prefix + ":{g:" + group + "}:members" }

@@ -300,6 +300,7 @@ func page[R any](ctx context.Context, s *Store, src scanSource, cur listCursor, 
 type ListedDevice struct {
 	Device string `json:"device"`
 	Type   string `json:"type"`
+	Group  string `json:"group,omitempty"`
 	State  string `json:"state"` // watched or lost
 	// Deadline is the device's deadline while watched, the deadline it was
 	// declared lost at while lost; LastSeen is Deadline - ThresholdMS.
@@ -359,14 +360,30 @@ func (d *Devices) List(ctx context.Context, q DeviceQuery) ([]ListedDevice, stri
 		}
 		rows = append(rows, got...)
 		if next != "" || cur.Kind != ListWatched || q.State != "" {
-			return rows, next, nil
+			return d.withGroups(ctx, rows, next)
 		}
 		// Every known device: the lost ones follow the watched ones.
 		cur = listCursor{V: cursorVersion, Kind: ListLost}
 		if len(rows) == q.Limit {
-			return rows, cur.encode(), nil
+			return d.withGroups(ctx, rows, cur.encode())
 		}
 	}
+}
+
+// withGroups fills in the groups of a page's rows, in one round trip.
+func (d *Devices) withGroups(ctx context.Context, rows []ListedDevice, next string) ([]ListedDevice, string, error) {
+	ids := make([]string, len(rows))
+	for j, r := range rows {
+		ids[j] = r.Device
+	}
+	gs, err := d.store.Groups(ctx, ids)
+	if err != nil {
+		return nil, "", err
+	}
+	for j := range rows {
+		rows[j].Group = gs[j]
+	}
+	return rows, next, nil
 }
 
 // listWatched pages through the deadline ZSETs.

@@ -19,6 +19,9 @@ import (
 // device is first seen, comes back, is lost or is changed — never per signal.
 type Device struct {
 	Type string
+	// Group is the group the device belongs to, "" for none. It is kept in
+	// the partition's group HASH (Keys.Group), not in the entry.
+	Group string
 	// LostDeadline is the deadline the device was declared lost at, 0 while
 	// it is not lost; LostAt is when that was declared. They are kept in
 	// the partition's lost marks, not in the entry.
@@ -75,14 +78,14 @@ func (s *Store) decodeTypes(ctx context.Context, devs []Device, codes []string) 
 	return nil
 }
 
-// Sighting is one device for SeenMulti: ID and Type go in; the previous
-// entry (Prev, with any lost mark; Existed false when the device is new) and
-// Err come out.
+// Sighting is one device for SeenMulti: ID, Type and Group ("" keeps the
+// group the device has) go in; the previous entry (Prev, with any lost mark
+// and group; Existed false when the device is new) and Err come out.
 type Sighting struct {
-	ID, Type string
-	Prev     Device
-	Existed  bool
-	Err      error
+	ID, Type, Group string
+	Prev            Device
+	Existed         bool
+	Err             error
 }
 
 // seenScript records a device that is first seen or back after being lost,
@@ -91,9 +94,14 @@ type Sighting struct {
 // devices the registry would otherwise double Redis's memory per device.
 // An entry is written only when its type is new or changed.
 //
-// KEYS[1]: registry HASH of the device; KEYS[2]: its partition's lost marks
+// The device's group is only read here: its membership is written first
+// and the group after (see SeenMulti).
+//
+// KEYS[1]: registry HASH of the device; KEYS[2]: its partition's lost marks;
+// KEYS[3]: its group HASH
 // ARGV[1]: device id; ARGV[2]: its type's code ("" if unknown)
-// Returns: {previous registry value or nil, previous lost mark or nil}.
+// Returns: {previous registry value or nil, previous lost mark or nil,
+// group or nil}.
 var seenScript = newScript(`
 local old = redis.call('HGET', KEYS[1], ARGV[1])
 local lost = redis.call('HGET', KEYS[2], ARGV[1])
@@ -101,12 +109,14 @@ if lost then redis.call('HDEL', KEYS[2], ARGV[1]) end
 if ARGV[2] ~= '' and old ~= ARGV[2] then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 end
-return {old or false, lost or false}`)
+return {old or false, lost or false, redis.call('HGET', KEYS[3], ARGV[1]) or false}`)
 
 // SeenMulti records that each device of ss was first seen or came back,
 // with its type, and clears any lost mark, all in one round trip: a flush
 // full of first-seen devices (a start, or a doubling's drain) costs one
-// round trip, not one per device. It fills in ss and returns it.
+// round trip, not one per device. The devices with a group then get their
+// membership written (a second round trip) and, when the group changed, the
+// group itself (a third): see recordGroups. It fills in ss and returns it.
 func (s *Store) SeenMulti(ctx context.Context, ss []Sighting, now int64) []Sighting {
 	types := make([]string, len(ss))
 	for j, d := range ss {
@@ -121,16 +131,21 @@ func (s *Store) SeenMulti(ctx context.Context, ss []Sighting, now int64) []Sight
 	}
 	execs := make([]rueidis.LuaExec, len(ss))
 	for j, d := range ss {
-		execs[j] = rueidis.LuaExec{Keys: []string{s.k.Registry(d.ID), s.k.Lost(d.ID)}, Args: []string{d.ID, codes[d.Type]}}
+		execs[j] = rueidis.LuaExec{Keys: []string{s.k.Registry(d.ID), s.k.Lost(d.ID), s.k.Group(d.ID)}, Args: []string{d.ID, codes[d.Type]}}
 	}
 	prevCodes := make([]string, len(ss))
 	prev := make([]Device, len(ss))
 	for j, r := range seenScript.execMulti(ctx, s.c, execs...) {
 		d := &ss[j]
 		d.Prev, d.Existed, d.Err = Device{}, false, nil
-		v, err := r.Tuple(2)
+		v, err := r.Tuple(3)
 		if err == nil {
 			prev[j], prevCodes[j], d.Existed, err = device(v[0], v[1])
+		}
+		if err == nil {
+			if g, e := v[2].ToString(); e == nil {
+				prev[j].Group = g
+			}
 		}
 		if err != nil {
 			d.Existed, d.Err = false, fmt.Errorf("shard: record device: %w", err)
@@ -147,6 +162,7 @@ func (s *Store) SeenMulti(ctx context.Context, ss []Sighting, now int64) []Sight
 			ss[j].Prev = prev[j]
 		}
 	}
+	s.recordGroups(ctx, ss)
 	return ss
 }
 
@@ -252,27 +268,29 @@ func (s *Store) UnmarkLostMulti(ctx context.Context, lost []Entry, at int64, pre
 // set for the given deadline.
 //
 // KEYS[1]: lost marks of the device's partition; KEYS[2]: its registry
-// partition; ARGV[1]: device id; ARGV[2]: deadline, unix ms
-// Returns: {registry value or nil, the mark cleared} if a mark was
-// cleared, else nil.
+// partition; KEYS[3]: its group HASH
+// ARGV[1]: device id; ARGV[2]: deadline, unix ms
+// Returns: {registry value or nil, the mark cleared, group or nil} if a
+// mark was cleared, else nil.
 var clearLostScript = newScript(`
 local lost = redis.call('HGET', KEYS[1], ARGV[1])
 if not lost then return false end
 if tonumber(string.match(lost, '^%-?%d+')) ~= tonumber(ARGV[2]) then return false end
 redis.call('HDEL', KEYS[1], ARGV[1])
-return {redis.call('HGET', KEYS[2], ARGV[1]) or false, lost}`)
+return {redis.call('HGET', KEYS[2], ARGV[1]) or false, lost, redis.call('HGET', KEYS[3], ARGV[1]) or false}`)
 
 // ClearLost clears id's lost mark if it is the one set for deadline, and
 // returns the device as it was; ok is false if there was no such mark.
 func (s *Store) ClearLost(ctx context.Context, id string, deadline int64) (prev Device, ok bool, err error) {
-	v, err := clearLostScript.exec(ctx, s.c, []string{s.k.Lost(id), s.k.Registry(id)},
-		[]string{id, strconv.FormatInt(deadline, 10)}).Tuple(2)
+	v, err := clearLostScript.exec(ctx, s.c, []string{s.k.Lost(id), s.k.Registry(id), s.k.Group(id)},
+		[]string{id, strconv.FormatInt(deadline, 10)}).Tuple(3)
 	if rueidis.IsRedisNil(err) {
 		return Device{}, false, nil
 	}
 	var code string
 	if err == nil {
 		prev, code, _, err = device(v[0], v[1])
+		prev.Group, _ = v[2].ToString()
 	}
 	if err == nil {
 		devs := []Device{prev}
@@ -317,24 +335,26 @@ func (s *Store) Devices(ctx context.Context, ids []string) ([]Device, error) {
 		return nil, nil
 	}
 	b := s.c.B()
-	cmds := make(rueidis.Commands, 0, 2*len(ids))
+	cmds := make(rueidis.Commands, 0, 3*len(ids))
 	for _, id := range ids {
-		cmds = append(cmds, b.Hget().Key(s.k.Registry(id)).Field(id).Build(), b.Hget().Key(s.k.Lost(id)).Field(id).Build())
+		cmds = append(cmds, b.Hget().Key(s.k.Registry(id)).Field(id).Build(), b.Hget().Key(s.k.Lost(id)).Field(id).Build(),
+			b.Hget().Key(s.k.Group(id)).Field(id).Build())
 	}
 	rs := s.c.DoMulti(ctx, cmds...)
 	out := make([]Device, len(ids))
 	codes := make([]string, len(ids))
 	for j := range ids {
-		for _, r := range rs[2*j : 2*j+2] {
+		for _, r := range rs[3*j : 3*j+3] {
 			if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
 				return nil, fmt.Errorf("shard: read registry: %w", err)
 			}
 		}
 		// A corrupt entry reads as unknown rather than stalling the batch
 		// that holds it: the device still fires, with the default type.
-		reg, _ := rs[2*j].ToMessage()
-		lost, _ := rs[2*j+1].ToMessage()
+		reg, _ := rs[3*j].ToMessage()
+		lost, _ := rs[3*j+1].ToMessage()
 		out[j], codes[j], _, _ = device(reg, lost)
+		out[j].Group, _ = rs[3*j+2].ToString()
 	}
 	if err := s.decodeTypes(ctx, out, codes); err != nil {
 		return nil, err
@@ -369,11 +389,17 @@ func (s *Store) Types(ctx context.Context, ids []string) ([]string, error) {
 	return s.typeNames(ctx, codes)
 }
 
-// Forget removes id from the registry, its lost mark and its threshold
-// override.
+// Forget removes id from the registry, its lost mark, its threshold
+// override and its group. The group's membership goes first: a crash
+// before the group goes leaves it to the next Forget, not a member that
+// no registry entry names.
 func (s *Store) Forget(ctx context.Context, id string) error {
 	b := s.c.B()
+	if err := s.leaveGroup(ctx, id); err != nil {
+		return fmt.Errorf("shard: forget device: %w", err)
+	}
 	for _, r := range s.c.DoMulti(ctx,
+		b.Hdel().Key(s.k.Group(id)).Field(id).Build(),
 		b.Hdel().Key(s.k.Registry(id)).Field(id).Build(),
 		b.Hdel().Key(s.k.Lost(id)).Field(id).Build(),
 		b.Hdel().Key(s.k.Overrides()).Field(id).Build(),

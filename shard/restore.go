@@ -70,13 +70,14 @@ func (s *Store) AddOutage(ctx context.Context, o Outage) error {
 // Restored is a device as the durable registry knows it.
 type Restored struct {
 	ID, Type     string
+	Group        string        // "" if none
 	Threshold    time.Duration // per-device override, 0 if none
 	LostDeadline int64         // 0 if not lost
 	LostAt       int64
 }
 
-// RestoreRegistry writes the registry entries, lost marks and threshold
-// overrides of devs, in one round trip.
+// RestoreRegistry writes the registry entries, lost marks, threshold
+// overrides and groups (with their membership) of devs, in one round trip.
 func (s *Store) RestoreRegistry(ctx context.Context, devs []Restored) error {
 	b := s.c.B()
 	types := make([]string, len(devs))
@@ -92,6 +93,10 @@ func (s *Store) RestoreRegistry(ctx context.Context, devs []Restored) error {
 	for _, d := range devs {
 		if d.Type != "" {
 			cmds = append(cmds, b.Hset().Key(s.k.Registry(d.ID)).FieldValue().FieldValue(d.ID, codes[d.Type]).Build())
+		}
+		if d.Group != "" {
+			cmds = append(cmds, b.Sadd().Key(s.k.GroupMembers(d.Group)).Member(d.ID).Build(),
+				b.Hset().Key(s.k.Group(d.ID)).FieldValue().FieldValue(d.ID, d.Group).Build())
 		}
 		if d.LostDeadline != 0 {
 			cmds = append(cmds, b.Hset().Key(s.k.Lost(d.ID)).FieldValue().FieldValue(d.ID, lostMark(d.LostDeadline, d.LostAt)).Build())

@@ -56,7 +56,7 @@ func cmdDevice(ctx context.Context, args []string, stdout io.Writer) error {
 	api, token := apiFlags(fs)
 	ackFor := fs.String("for", "", "ack: pause the alarm's repeats for this long (e.g. 30m) instead of resolving it")
 	ackUntil := fs.String("until", "", "ack: pause the alarm's repeats until this time (RFC 3339 or unix ms)")
-	const use = "usage: sigwatch device [--api URL] get|rm <id> | threshold <id> <duration> | ack <id> [--for 30m | --until T] | ls [--state lost|watched] [--type T] [--all] [--json]"
+	const use = "usage: sigwatch device [--api URL] get|rm <id> | threshold <id> <duration> | group <id> <group> (empty removes) | ack <id> [--for 30m | --until T] | ls [--state lost|watched] [--type T] [--all] [--json]"
 	verb, pos, err := verbArgs(fs, args, use)
 	if err != nil {
 		return err
@@ -78,6 +78,12 @@ func cmdDevice(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		method, path = http.MethodPut, "/v1/devices/"+id+"/threshold"
 		body, _ = json.Marshal(map[string]string{"threshold": pos[1]})
+	case "group":
+		if len(pos) < 2 {
+			return errors.New(use)
+		}
+		method, path = http.MethodPut, "/v1/devices/"+id+"/group"
+		body, _ = json.Marshal(map[string]string{"group": pos[1]})
 	case "ack":
 		method, path = http.MethodPost, "/v1/devices/"+id+"/ack"
 		b := map[string]string{}

@@ -14,6 +14,27 @@ import (
 	"github.com/sigwatch/sigwatch/shard"
 )
 
+// deviceOut is the device view GET /v1/devices/{id} answers.
+type deviceOut struct {
+	shard.DeviceView
+	Alarm *alarm.View `json:"alarm,omitempty"`
+}
+
+// deviceOf reads the device view of id, with its alarm.
+func (a *App) deviceOf(ctx context.Context, v shard.DeviceView) (deviceOut, error) {
+	out := deviceOut{DeviceView: v}
+	if a.alarms != nil {
+		av, ok, err := a.alarms.Get(ctx, v.Device)
+		if err != nil {
+			return out, err
+		}
+		if ok {
+			out.Alarm = &av
+		}
+	}
+	return out, nil
+}
+
 func (a *App) getDevice(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := a.validID(id); err != nil {
@@ -25,25 +46,64 @@ func (a *App) getDevice(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	var out struct {
-		shard.DeviceView
-		Alarm *alarm.View `json:"alarm,omitempty"`
-	}
-	out.DeviceView = v
-	if a.alarms != nil {
-		av, ok, err := a.alarms.Get(r.Context(), id)
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
-		if ok {
-			out.Alarm = &av
-		}
+	out, err := a.deviceOf(r.Context(), v)
+	if err != nil {
+		writeErr(w, err)
+		return
 	}
 	// A removed device keeps an idle alarm record (so late lost events raise
 	// nothing); it is still not known.
 	if !v.Known() && (out.Alarm == nil || out.Alarm.State == "idle") {
 		writeError(w, http.StatusNotFound, "device not known")
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// putGroup is PUT /v1/devices/{id}/group {"group": "gw-17"} ("" removes
+// it). As a threshold override, a group may be set before the device is
+// first seen; the durable registry learns it for a device it knows, and
+// only when it changes.
+func (a *App) putGroup(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := a.validID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var body struct {
+		Group *string `json:"group"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil || body.Group == nil {
+		writeError(w, http.StatusBadRequest, `body must be {"group": "gw-17"} ("" removes the group)`)
+		return
+	}
+	group := *body.Group
+	if err := ingest.CheckGroup(group, a.cfg.Ingest.MaxIDLen); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx := r.Context()
+	if _, err := a.store.SetGroup(ctx, id, group); err != nil {
+		writeErr(w, err)
+		return
+	}
+	err := a.remember(ctx, id, func(r *dispatch.DeviceRecord, exists bool) (bool, bool) {
+		changed := r.Group != group
+		r.Group = group
+		return exists && changed, false
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	v, err := a.devices.Get(ctx, id)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out, err := a.deviceOf(ctx, v)
+	if err != nil {
+		writeErr(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -133,6 +193,7 @@ func (a *App) putThreshold(w http.ResponseWriter, r *http.Request) {
 type signalIn struct {
 	Device string `json:"device"`
 	Type   string `json:"type"`
+	Group  string `json:"group"`
 	TS     int64  `json:"ts"`
 }
 
@@ -158,7 +219,7 @@ func (a *App) postSignals(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes; send at most %d signals per request", maxSignalsBody, maxSignalsPerPost))
 			return
 		}
-		writeError(w, http.StatusBadRequest, `body must be a JSON array of {"device": "id", "type": "t", "ts": unix-ms (optional)}`)
+		writeError(w, http.StatusBadRequest, `body must be a JSON array of {"device": "id", "type": "t", "group": "g", "ts": unix-ms (optional)}`)
 		return
 	}
 	if len(batch) > maxSignalsPerPost {
@@ -175,7 +236,7 @@ func (a *App) postSignals(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("signal %d: ts %d is not a unix time in ms; nothing was stored", j, s.TS))
 			return
 		}
-		sigs[j] = ingest.Sig{ID: s.Device, Type: s.Type}
+		sigs[j] = ingest.Sig{ID: s.Device, Type: s.Type, Group: s.Group}
 		if s.TS > 0 {
 			// Clamped by ingest against the moment the entry is stamped.
 			sigs[j].At = time.UnixMilli(s.TS)

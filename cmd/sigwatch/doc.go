@@ -4,7 +4,7 @@
 //	sigwatch demo                           run everything on embedded servers with a simulated fleet (make demo)
 //	sigwatch simulate --broker URL          publish signals of a simulated fleet to any broker
 //	sigwatch shards status|double           show the topology and every shard; double the shards
-//	sigwatch device get|rm|threshold|ack ID look at or change one device through the API
+//	sigwatch device get|rm|threshold|group|ack ID look at or change one device through the API
 //	sigwatch mute add|ls|rm                 mute alarms of a device or a type for a while
 //
 // The command only composes, wires and serves; what sigwatch does lives in

@@ -32,6 +32,7 @@ func (a *App) routes() http.Handler {
 	v1.HandleFunc("GET /v1/devices/{id}", a.getDevice)
 	v1.HandleFunc("DELETE /v1/devices/{id}", a.deleteDevice)
 	v1.HandleFunc("PUT /v1/devices/{id}/threshold", a.putThreshold)
+	v1.HandleFunc("PUT /v1/devices/{id}/group", a.putGroup)
 	v1.HandleFunc("POST /v1/devices/{id}/ack", a.postAck)
 	v1.HandleFunc("GET /v1/mutes", a.withAlarms(a.getMutes))
 	v1.HandleFunc("POST /v1/mutes", a.withAlarms(a.postMute))

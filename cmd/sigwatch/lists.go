@@ -200,9 +200,9 @@ func cmdDeviceList(ctx context.Context, args []string, stdout io.Writer) error {
 		return printJSON(stdout, all)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DEVICE\tTYPE\tSTATE\tLAST SEEN\tDEADLINE\tLOST AT\tTHRESHOLD")
+	fmt.Fprintln(tw, "DEVICE\tTYPE\tGROUP\tSTATE\tLAST SEEN\tDEADLINE\tLOST AT\tTHRESHOLD")
 	for _, d := range all.Devices {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Device, orDash(d.Type), d.State, msTime(d.LastSeen),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Device, orDash(d.Type), orDash(d.Group), d.State, msTime(d.LastSeen),
 			msTime(d.Deadline), msTime(d.LostAt), time.Duration(d.ThresholdMS)*time.Millisecond)
 	}
 	if err := tw.Flush(); err != nil {

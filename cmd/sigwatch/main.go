@@ -22,7 +22,7 @@ commands:
   demo       run on embedded Redis, MQTT and NATS with a simulated fleet (make demo)
   simulate   publish a simulated fleet's signals to an MQTT broker
   shards     status|double: topology, drain progress, sizes, owners; start a doubling
-  device     get|rm|threshold|ack <id>: one device; ls [--state lost]: pages of devices (HTTP API)
+  device     get|rm|threshold|group|ack <id>: one device; ls [--state lost]: pages of devices (HTTP API)
   alarm      ls [--state active|acked|muted|flapping]: the open alarms, through the HTTP API
   mute       add|ls|rm: mute the alarms of a device or a type for a while
   storm      ls | ack <group>|--fleet: group and fleet storms and their alarms, through the HTTP API

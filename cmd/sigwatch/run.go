@@ -165,7 +165,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		a.in, err = ingest.New(ingest.Options{
 			Brokers: cfg.MQTT.Brokers, ClientID: cfg.MQTT.ClientID, Username: cfg.MQTT.Username,
 			Password: cfg.MQTT.Password, TLS: mqttTLS, Topics: cfg.MQTT.Topics, IDLevel: cfg.MQTT.IDLevel,
-			TypeLevel: cfg.MQTT.TypeLevel, SharedGroup: cfg.MQTT.SharedGroup, QoS: new(byte(cfg.MQTT.QoS)),
+			TypeLevel: cfg.MQTT.TypeLevel, GroupLevel: new(cfg.MQTT.GroupLevel), SharedGroup: cfg.MQTT.SharedGroup, QoS: new(byte(cfg.MQTT.QoS)),
 			OrderedBroker: cfg.MQTT.OrderedBroker,
 			Thresholds:    a.thr, TimestampMode: cfg.Timestamp.Mode, MaxSkew: cfg.Timestamp.MaxSkew,
 			MaxIDLen: cfg.Ingest.MaxIDLen, BatchSize: cfg.Ingest.Batch, FlushInterval: cfg.Ingest.FlushInterval,

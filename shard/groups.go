@@ -1,0 +1,206 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/rueidis"
+)
+
+// A device may belong to one group (a gateway, a site). Its group lives in
+// its registry partition (Keys.Group), written only when it changes, and
+// each group keeps the set of its watched devices (Keys.GroupMembers) on a
+// slot of its own, so that its size is one SCARD. The two cannot change in
+// one script on a Redis Cluster: the membership is written first and the
+// group after, and every sighting of a first-seen or back device writes its
+// membership again, so a crash between the two is healed by the next one.
+
+// setGroupScript writes a device's group if it is still the one the caller
+// read.
+//
+// KEYS[1]: group HASH of the device
+// ARGV[1]: device id; ARGV[2]: the group read ("" for none); ARGV[3]: the
+// new group ("" removes it)
+// Returns: 1 if written, 0 if the group had changed since.
+var setGroupScript = newScript(`
+if (redis.call('HGET', KEYS[1], ARGV[1]) or '') ~= ARGV[2] then return 0 end
+if ARGV[3] == '' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+else
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+end
+return 1`)
+
+// setGroupAttempts bounds the attempts of SetGroup against concurrent
+// changes of the same device's group.
+const setGroupAttempts = 8
+
+// SetGroup sets the group of id ("" removes it) and returns the one it
+// had. Nothing is written when the group is the one id has, but its
+// membership is made sure of.
+func (s *Store) SetGroup(ctx context.Context, id, group string) (prev string, err error) {
+	for range setGroupAttempts {
+		gs, err := s.Groups(ctx, []string{id})
+		if err != nil {
+			return "", err
+		}
+		prev = gs[0]
+		if err := s.joinGroup(ctx, id, prev, group); err != nil {
+			return prev, fmt.Errorf("shard: set group: %w", err)
+		}
+		if prev == group {
+			return prev, nil
+		}
+		ok, err := setGroupScript.exec(ctx, s.c, []string{s.k.Group(id)}, []string{id, prev, group}).AsInt64()
+		if err != nil {
+			return prev, fmt.Errorf("shard: set group: %w", err)
+		}
+		if ok == 1 {
+			return prev, nil
+		}
+	}
+	return prev, fmt.Errorf("shard: set group of %q: it keeps changing; try again", id)
+}
+
+// joinGroup writes the membership of id for its move from group prev to
+// group next ("" for none): idempotent, so it may be repeated.
+func (s *Store) joinGroup(ctx context.Context, id, prev, next string) error {
+	var cmds rueidis.Commands
+	if next != "" {
+		cmds = append(cmds, s.c.B().Sadd().Key(s.k.GroupMembers(next)).Member(id).Build())
+	}
+	if prev != "" && prev != next {
+		cmds = append(cmds, s.c.B().Srem().Key(s.k.GroupMembers(prev)).Member(id).Build())
+	}
+	for _, r := range s.c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// leaveGroup takes id out of its group's membership.
+func (s *Store) leaveGroup(ctx context.Context, id string) error {
+	gs, err := s.Groups(ctx, []string{id})
+	if err != nil || gs[0] == "" {
+		return err
+	}
+	return s.joinGroup(ctx, id, gs[0], "")
+}
+
+// recordGroups writes the group of the sightings of ss that SeenMulti
+// recorded: the membership of every device with a group (the one given,
+// else the one it has) in one round trip, then the groups that changed in
+// another. A failure is the sighting's Err.
+func (s *Store) recordGroups(ctx context.Context, ss []Sighting) {
+	var (
+		cmds  rueidis.Commands
+		owner []int
+	)
+	for j, d := range ss {
+		if d.Err != nil {
+			continue
+		}
+		next := d.Group
+		if next == "" {
+			next = d.Prev.Group
+		}
+		if next == "" {
+			continue
+		}
+		cmds = append(cmds, s.c.B().Sadd().Key(s.k.GroupMembers(next)).Member(d.ID).Build())
+		owner = append(owner, j)
+		if d.Prev.Group != "" && d.Prev.Group != next {
+			cmds = append(cmds, s.c.B().Srem().Key(s.k.GroupMembers(d.Prev.Group)).Member(d.ID).Build())
+			owner = append(owner, j)
+		}
+	}
+	failed := map[int]bool{}
+	for k, r := range s.c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil && ss[owner[k]].Err == nil {
+			ss[owner[k]].Err, failed[owner[k]] = fmt.Errorf("shard: record group membership: %w", err), true
+		}
+	}
+	var (
+		execs   []rueidis.LuaExec
+		changed []int
+	)
+	for j, d := range ss {
+		if d.Err == nil && d.Group != "" && d.Group != d.Prev.Group {
+			execs = append(execs, rueidis.LuaExec{Keys: []string{s.k.Group(d.ID)}, Args: []string{d.ID, d.Prev.Group, d.Group}})
+			changed = append(changed, j)
+		}
+	}
+	// A group changed since it was read (by the API) stays as changed.
+	for k, r := range setGroupScript.execMulti(ctx, s.c, execs...) {
+		if err := r.Error(); err != nil {
+			ss[changed[k]].Err = fmt.Errorf("shard: record group: %w", err)
+		}
+	}
+}
+
+// Groups reads the groups of ids in one round trip ("" for none).
+func (s *Store) Groups(ctx context.Context, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cmds := make(rueidis.Commands, len(ids))
+	for j, id := range ids {
+		cmds[j] = s.c.B().Hget().Key(s.k.Group(id)).Field(id).Build()
+	}
+	out := make([]string, len(ids))
+	for j, r := range s.c.DoMulti(ctx, cmds...) {
+		v, err := r.ToString()
+		if rueidis.IsRedisNil(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("shard: read groups: %w", err)
+		}
+		out[j] = v
+	}
+	return out, nil
+}
+
+// GroupSize returns how many watched devices (live or lost, not removed)
+// belong to group.
+func (s *Store) GroupSize(ctx context.Context, group string) (int64, error) {
+	n, err := s.c.Do(ctx, s.c.B().Scard().Key(s.k.GroupMembers(group)).Build()).AsInt64()
+	if err != nil {
+		return 0, fmt.Errorf("shard: size of group %q: %w", group, err)
+	}
+	return n, nil
+}
+
+// TypesGroups reads the registered types and the groups of ids in one
+// round trip: what firing a batch needs.
+func (s *Store) TypesGroups(ctx context.Context, ids []string) (types, groups []string, err error) {
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	b := s.c.B()
+	cmds := make(rueidis.Commands, 0, 2*len(ids))
+	for _, id := range ids {
+		cmds = append(cmds, b.Hget().Key(s.k.Registry(id)).Field(id).Build(), b.Hget().Key(s.k.Group(id)).Field(id).Build())
+	}
+	codes, groups := make([]string, len(ids)), make([]string, len(ids))
+	rs := s.c.DoMulti(ctx, cmds...)
+	for j := range ids {
+		for k, out := range []*string{&codes[j], &groups[j]} {
+			v, err := rs[2*j+k].ToString()
+			if rueidis.IsRedisNil(err) {
+				continue
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("shard: read registry: %w", err)
+			}
+			*out = v
+		}
+		if !validCode(codes[j]) {
+			codes[j] = ""
+		}
+	}
+	types, err = s.typeNames(ctx, codes)
+	return types, groups, err
+}
