@@ -34,6 +34,8 @@ func TestStatusPageShowsStorms(t *testing.T) {
 	shots := os.Getenv("SIGWATCH_SCREENSHOTS")
 	if shots == "" {
 		shots = t.TempDir()
+	} else if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
 	}
 
 	type dev struct{ id, group string }
