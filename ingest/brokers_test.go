@@ -269,10 +269,15 @@ func unstoredUnderWatermarkOn(t *testing.T, r *rig, url string, pause func(bool)
 			confirmed[x.k].Store(time.Now().UnixMilli())
 		}
 	})
+	var resumes sync.WaitGroup
+	defer resumes.Wait()
 	for k := range signals {
 		if k == signals/4 || k == 5*signals/8 {
 			pause(true)
-			time.AfterFunc(1500*time.Millisecond, func() { pause(false) })
+			// Waited for below: a resume after the test ended would
+			// report to a finished test.
+			resumes.Add(1)
+			time.AfterFunc(1500*time.Millisecond, func() { defer resumes.Done(); pause(false) })
 		}
 		toks <- struct {
 			k   int
