@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/sigwatch/sigwatch/alarm"
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/fleet"
 	"github.com/sigwatch/sigwatch/internal/servers"
@@ -38,6 +39,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	devices := fs.Int("devices", 3000, "simulated devices")
 	threshold := fs.Duration("threshold", 5*time.Second, "silence threshold")
 	duration := fs.Duration("duration", 0, "stop after this long (0: until Ctrl-C)")
+	gatewayEvery := fs.Duration("gateway-every", 20*time.Second, "a whole gateway (a group of 50 devices) goes dark this often (0: never)")
 	broker := fs.String("broker", "auto", "MQTT broker to start: mosquitto, nats, or auto (mosquitto if installed)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -83,6 +85,11 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg.NATS.URL = ns.URL
 	cfg.MQTT.Brokers = []string{brokerURL}
 	cfg.MQTT.ClientID = "sigwatch-demo"
+	// devices/<gateway>/<id>/signal: the gateway is the device's group.
+	cfg.MQTT.Topics, cfg.MQTT.GroupLevel, cfg.MQTT.IDLevel = []string{"devices/+/+/signal"}, 1, 2
+	// A gateway's devices signal every second, so their losses come within
+	// about a second of each other: a 2s hold lets the storm take them in.
+	cfg.Storm.Hold = 2 * time.Second
 	cfg.Thresholds.Default = *threshold
 	cfg.Alarm.Interval = *threshold // silent devices get a few repeats before they come back
 	cfg.HTTP.Addr = fmt.Sprintf("127.0.0.1:%d", httpPort)
@@ -102,15 +109,15 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer nc.Close()
-	var w watch
+	w := watch{out: stdout}
 	if _, err := nc.Subscribe("sigwatch.>", w.onEvent); err != nil {
 		return err
 	}
 
 	fl := fleet.New(fleet.Options{
 		Broker: brokerURL, Devices: *devices, Interval: time.Second, Types: []string{"meter", "tracker"},
-		Topic: "devices/{id}/signal", SilenceEvery: 700 * time.Millisecond, SilenceCount: max(1, *devices/1000),
-		SilenceFor: 2 * *threshold, Seed: uint64(time.Now().UnixNano()),
+		Topic: "devices/{group}/{id}/signal", SilenceEvery: 700 * time.Millisecond, SilenceCount: max(1, *devices/1000),
+		SilenceFor: 2 * *threshold, GroupSize: 50, GroupDarkEvery: *gatewayEvery, Seed: uint64(time.Now().UnixNano()),
 	})
 	flCtx, stopFleet := context.WithCancel(ctx)
 	defer stopFleet()
@@ -127,12 +134,15 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
   http    http://%s  (/metrics, /v1/shards, /v1/devices/{id})
   status  http://%s/  (the status page: open it in a browser)
 
-%d simulated devices signal every second; a few go silent for %v at a time.
-Threshold %v: a silent device is reported lost on sigwatch.lost.<type>, and
-sigwatch.recovered.<type> when it comes back; its alarm on sigwatch.alarm.<type>
-is raised, repeated every threshold while it stays silent, and resolved.
+%d simulated devices behind gateways of 50 signal every second; a few go
+silent for %v at a time. Threshold %v: a silent device is reported lost on
+sigwatch.lost.<type>, and sigwatch.recovered.<type> when it comes back; its
+alarm on sigwatch.alarm.<type> is raised, repeated every threshold while it
+stays silent, and resolved. Every %v a whole gateway goes dark: its
+devices are still reported lost one by one, but a person gets one storm
+(sigwatch.storm) and one group alarm instead of 50.
 
-`, rd.Addr, brokerURL, brokerName, ns.URL, app.HTTPAddr(), app.HTTPAddr(), *devices, 2**threshold, *threshold)
+`, rd.Addr, brokerURL, brokerName, ns.URL, app.HTTPAddr(), app.HTTPAddr(), *devices, 2**threshold, *threshold, *gatewayEvery)
 
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
@@ -163,12 +173,12 @@ is raised, repeated every threshold while it stays silent, and resolved.
 	stopFleet()
 	lost, recovered, _, p99 := w.stats()
 	fmt.Fprintf(stdout, `
-Summary: %d lost events, %d recovered, %d alarm notifications, fire lag p99 %dms, %d signals published.
+Summary: %d lost events, %d recovered, %d alarm notifications, %d storms, fire lag p99 %dms, %d signals published.
 
-Point real devices at sigwatch:   mosquitto_pub -h 127.0.0.1 -p %s -q 1 -t devices/<id>/signal -m ''
+Point real devices at sigwatch:   mosquitto_pub -h 127.0.0.1 -p %s -q 1 -t devices/<gateway>/<id>/signal -m ''
 Subscribe a business handler:     nats sub -s %s 'sigwatch.lost.>'
 Run it for real:                  sigwatch run --config sigwatch.yaml (see README)
-`, lost, recovered, w.alarmCount(), p99, fl.Sent(), portOf(brokerURL), ns.URL)
+`, lost, recovered, w.alarmCount(), w.stormCount(), p99, fl.Sent(), portOf(brokerURL), ns.URL)
 	if *duration > 0 && lost == 0 {
 		return errors.New("demo: no device was reported lost")
 	}
@@ -186,7 +196,9 @@ func portOf(u string) string {
 
 // watch tallies the events the demo receives.
 type watch struct {
+	out       io.Writer
 	mu        sync.Mutex
+	storms    int
 	lost      int
 	recovered int
 	alarms    int
@@ -208,7 +220,25 @@ func (w *watch) onEvent(m *nats.Msg) {
 		w.recovered++
 	case strings.HasPrefix(m.Subject, "sigwatch.alarm."):
 		w.alarms++
+	case m.Subject == "sigwatch.storm":
+		var ev dispatch.Storm
+		if json.Unmarshal(m.Data, &ev) == nil {
+			what := "one alarm for all of them"
+			if ev.State == alarm.StormStarted {
+				w.storms++
+			} else {
+				what = "below the threshold again, its alarm resolved"
+			}
+			fmt.Fprintf(w.out, "      storm %s: %s %s, %d of %d devices lost: %s\n",
+				ev.State, ev.Scope, ev.Group, ev.Devices, ev.Watched, what)
+		}
 	}
+}
+
+func (w *watch) stormCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.storms
 }
 
 func (w *watch) alarmCount() int {
