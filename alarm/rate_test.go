@@ -1,11 +1,9 @@
 package alarm
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,37 +15,10 @@ import (
 )
 
 // rateAlarms starts an alarm replica with policy p and the rate limits
-// rate (per type) and total, like harness.alarms.
+// rate (per type) and total.
 func (h *harness) rateAlarms(replica string, p Policy, rate, total float64) *Alarms {
 	h.t.Helper()
-	opts := Options{Policy: p, Replica: replica, AckWait: 2 * time.Second, LeaseTTL: time.Second,
-		Rebalance: 100 * time.Millisecond, Poll: 10 * time.Millisecond, DrainCheck: 200 * time.Millisecond,
-		CountEvery: 100 * time.Millisecond, Rate: rate, RateTotal: total}
-	a, err := New(opts, h.store, h.topo, h.timers, h.rtopo, h.pub, nil, h.log.With("replica", replica))
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(h.ctx)
-	errc := make(chan error, 1)
-	go func() { errc <- a.Run(ctx) }()
-	var once sync.Once
-	h.stops = append(h.stops, func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-errc:
-				if err != nil {
-					h.t.Errorf("alarm replica %s: Run returned %v, want nil", replica, err)
-				}
-			case <-time.After(15 * time.Second):
-				h.t.Errorf("alarm replica %s: Run did not return within 15s of cancellation", replica)
-			}
-		})
-	})
-	testenv.WaitFor(h.t, 10*time.Second, "the alarm consumer", func() bool {
-		_, err := h.js.Consumer(h.ctx, "SIGWATCH", "sigwatch-alarm")
-		return err == nil
-	})
+	a, _ := h.alarmsWith(replica, p, func(o *Options) { o.Rate, o.RateTotal = rate, total })
 	return a
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/shard"
 )
 
 // A storm is many devices of one group (a gateway, a site), or a large part
@@ -285,14 +286,7 @@ func (a *Alarms) stormLoss(ctx context.Context, ev dispatch.Lost, current int64)
 	}
 	for j, sc := range scopes {
 		c := counts[j]
-		st, err := parseStorm(c.State)
-		if err != nil {
-			return err
-		}
-		if st.Active {
-			continue
-		}
-		watched, err := a.watched(ctx, sc)
+		_, watched, err := a.consider(ctx, sc, c, false)
 		if err != nil {
 			return err
 		}
@@ -324,17 +318,12 @@ func (a *Alarms) stormBack(ctx context.Context, g, id string) error {
 		return err
 	}
 	for j, sc := range scopes {
-		c := counts[j]
-		st, err := parseStorm(c.State)
+		st, watched, err := a.consider(ctx, sc, counts[j], true)
 		if err != nil {
 			return err
 		}
-		if !st.Active {
+		if watched == 0 {
 			continue
-		}
-		watched, err := a.watched(ctx, sc)
-		if err != nil {
-			return err
 		}
 		left, err := a.store.StormLostSince(ctx, sc, st.From)
 		if err != nil {
@@ -356,6 +345,18 @@ func (a *Alarms) stormBack(ctx context.Context, g, id string) error {
 		}
 	}
 	return nil
+}
+
+// consider reads the storm of scope sc from c and, when it is in the
+// phase a transition could leave (going on if active, else not), the
+// scope's watched devices; otherwise watched is 0.
+func (a *Alarms) consider(ctx context.Context, sc string, c shard.StormCount, active bool) (stormState, int64, error) {
+	st, err := parseStorm(c.State)
+	if err != nil || st.Active != active {
+		return st, 0, err
+	}
+	watched, err := a.watched(ctx, sc)
+	return st, watched, err
 }
 
 func (a *Alarms) stormEvent(sc string, st *stormState, state string, now int64) dispatch.Storm {

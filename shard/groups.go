@@ -142,25 +142,7 @@ func (s *Store) recordGroups(ctx context.Context, ss []Sighting) {
 
 // Groups reads the groups of ids in one round trip ("" for none).
 func (s *Store) Groups(ctx context.Context, ids []string) ([]string, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	cmds := make(rueidis.Commands, len(ids))
-	for j, id := range ids {
-		cmds[j] = s.c.B().Hget().Key(s.k.Group(id)).Field(id).Build()
-	}
-	out := make([]string, len(ids))
-	for j, r := range s.c.DoMulti(ctx, cmds...) {
-		v, err := r.ToString()
-		if rueidis.IsRedisNil(err) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("shard: read groups: %w", err)
-		}
-		out[j] = v
-	}
-	return out, nil
+	return s.fields(ctx, ids, s.k.Group, "read groups")
 }
 
 // GroupSize returns how many watched devices (live or lost, not removed)

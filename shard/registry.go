@@ -307,23 +307,39 @@ func (s *Store) ClearLost(ctx context.Context, id string, deadline int64) (prev 
 // declared lost at (0 if it is not marked lost). A mark that does not parse
 // reads as 0: it is no evidence of a loss.
 func (s *Store) LostMarks(ctx context.Context, ids []string) ([]int64, error) {
+	vs, err := s.fields(ctx, ids, s.k.Lost, "read lost marks")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(ids))
+	for j, v := range vs {
+		if v != "" {
+			out[j], _, _ = parseLostMark(v)
+		}
+	}
+	return out, nil
+}
+
+// fields reads, in one round trip, the field of each id of ids in the HASH
+// key(id) ("" where there is none).
+func (s *Store) fields(ctx context.Context, ids []string, key func(id string) string, what string) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	cmds := make(rueidis.Commands, len(ids))
 	for j, id := range ids {
-		cmds[j] = s.c.B().Hget().Key(s.k.Lost(id)).Field(id).Build()
+		cmds[j] = s.c.B().Hget().Key(key(id)).Field(id).Build()
 	}
-	out := make([]int64, len(ids))
+	out := make([]string, len(ids))
 	for j, r := range s.c.DoMulti(ctx, cmds...) {
 		v, err := r.ToString()
 		if rueidis.IsRedisNil(err) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("shard: read lost marks: %w", err)
+			return nil, fmt.Errorf("shard: %s: %w", what, err)
 		}
-		out[j], _, _ = parseLostMark(v)
+		out[j] = v
 	}
 	return out, nil
 }
@@ -369,21 +385,13 @@ func (s *Store) Types(ctx context.Context, ids []string) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	cmds := make(rueidis.Commands, len(ids))
-	for j, id := range ids {
-		cmds[j] = s.c.B().Hget().Key(s.k.Registry(id)).Field(id).Build()
+	codes, err := s.fields(ctx, ids, s.k.Registry, "read registry")
+	if err != nil {
+		return nil, err
 	}
-	codes := make([]string, len(ids))
-	for j, r := range s.c.DoMulti(ctx, cmds...) {
-		v, err := r.ToString()
-		if rueidis.IsRedisNil(err) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("shard: read registry: %w", err)
-		}
-		if validCode(v) {
-			codes[j] = v
+	for j, c := range codes {
+		if !validCode(c) {
+			codes[j] = ""
 		}
 	}
 	return s.typeNames(ctx, codes)
