@@ -269,7 +269,7 @@ func TestStormSurvivesKills(t *testing.T) {
 	f.silenceAll(g0)
 	killAround(threshold) // as the losses are handled
 	f0.kill()
-	f0 = full("full-2")
+	full("full-2")
 	storms.Wait(t, 20*time.Second, "g0 storm started", func(s dispatch.Storm) bool { return s.Group == "g0" && s.State == alarm.StormStarted })
 	testenv.WaitFor(t, 15*time.Second, "the g0 alarm repeating", func() bool { return hasScopeAlarm(alarms, "g0", alarm.Repeat) })
 
