@@ -35,4 +35,9 @@
 //   - repeat.go: the repeat timers' handler of the shard/queue engine.
 //   - store.go, notify.go: compare-and-set transitions and their
 //     notifications; mute.go: acks and mutes; metrics.go: gauges and counts.
+//   - storm.go: group and fleet storms, decided by compare-and-set per
+//     scope, their scope alarm, and the storm hold of new device alarms.
+//   - rate.go: alarm.rate and alarm.rate_total, send slots reserved in
+//     Redis before a notification is published.
+//   - list.go: the open alarms, paged.
 package alarm
