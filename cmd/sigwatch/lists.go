@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sigwatch/sigwatch/alarm"
+	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -76,7 +77,7 @@ func (a *App) getDevices(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, deviceList{Devices: rows, Next: next})
 }
 
-// getAlarms is GET /v1/alarms?state=active|acked|muted|flapping&type=T&
+// getAlarms is GET /v1/alarms?state=active|acked|muted|flapping|held&type=T&
 // limit=N&cursor=C: one page of open alarms, as getDevices pages.
 func (a *App) getAlarms(w http.ResponseWriter, r *http.Request) {
 	limit, err := listLimit(r)
@@ -213,11 +214,11 @@ func cmdDeviceList(ctx context.Context, args []string, stdout io.Writer) error {
 
 // cmdAlarm is `sigwatch alarm ls`.
 func cmdAlarm(ctx context.Context, args []string, stdout io.Writer) error {
-	const use = "usage: sigwatch alarm ls [--state active|acked|muted|flapping] [--type T] [--limit N] [--cursor C] [--all] [--json]"
+	const use = "usage: sigwatch alarm ls [--state active|acked|muted|flapping|held] [--type T] [--limit N] [--cursor C] [--all] [--json]"
 	if len(args) == 0 || args[0] != "ls" {
 		return errors.New(use)
 	}
-	fs, f := newListFlags("alarm ls", "active, acked, muted or flapping (default: every open alarm)")
+	fs, f := newListFlags("alarm ls", "active, acked, muted, flapping or held (default: every open alarm)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -246,7 +247,14 @@ func cmdAlarm(ctx context.Context, args []string, stdout io.Writer) error {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DEVICE\tTYPE\tSTATE\tSINCE\tREPEATS\tNEXT REPEAT\tACKED UNTIL\tMUTE")
 	for _, l := range all.Alarms {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", l.Device, orDash(l.Type), l.State, msTime(l.Since), l.Count,
+		who := l.Device
+		switch l.Scope {
+		case dispatch.ScopeFleet:
+			who = "(fleet storm)"
+		case dispatch.ScopeGroup:
+			who = "(group " + l.Group + " storm)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", who, orDash(l.Type), l.State, msTime(l.Since), l.Count,
 			msTime(l.NextRepeat), msTime(l.AckedUntil), orDash(l.Mute))
 	}
 	if err := tw.Flush(); err != nil {

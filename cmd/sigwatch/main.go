@@ -23,7 +23,7 @@ commands:
   simulate   publish a simulated fleet's signals to an MQTT broker
   shards     status|double: topology, drain progress, sizes, owners; start a doubling
   device     get|rm|threshold|group|ack <id>: one device; ls [--state lost]: pages of devices (HTTP API)
-  alarm      ls [--state active|acked|muted|flapping]: the open alarms, through the HTTP API
+  alarm      ls [--state active|acked|muted|flapping|held]: the open alarms, through the HTTP API
   mute       add|ls|rm: mute the alarms of a device or a type for a while
   storm      ls | ack <group>|--fleet: group and fleet storms and their alarms, through the HTTP API
   stats      fleet counters, rates, fire lag, watermark, shards, through the HTTP API
