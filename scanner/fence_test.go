@@ -30,8 +30,17 @@ func (h *harness) shortWindow() {
 	if err := js.DeleteStream(h.ctx, "SIGWATCH"); err != nil {
 		h.t.Fatal(err)
 	}
-	if h.pub, err = dispatch.New(h.ctx, h.nc, dispatch.Options{AckWait: time.Second, Duplicates: fenceDuplicates}); err != nil {
-		h.t.Fatal(err)
+	// The server removes a deleted stream's files after it answers: a
+	// stream created at once may find its directory going, and is tried
+	// again.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		h.pub, err = dispatch.New(h.ctx, h.nc, dispatch.Options{AckWait: time.Second, Duplicates: fenceDuplicates})
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatal(err)
+		}
 	}
 }
 
