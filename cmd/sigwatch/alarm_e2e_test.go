@@ -30,10 +30,17 @@ type alarmLog = testenv.Recorder[dispatch.Alarm]
 // watchAlarms records the alarm notifications; each must carry its id as Nats-Msg-Id.
 func watchAlarms(t *testing.T, env *testenv.Env) *alarmLog {
 	t.Helper()
-	l := testenv.RecordStream[dispatch.Alarm](t, env.Conn(t), "SIGWATCH", "sigwatch.alarm.>")
-	l.Require(func(e testenv.Event[dispatch.Alarm]) error {
-		if e.MsgID != e.Body.ID {
-			return fmt.Errorf("alarm %s carries Nats-Msg-Id %q, want its id", e.Body.ID, e.MsgID)
+	return recordWithIDs(t, env, "sigwatch.alarm.>", func(a dispatch.Alarm) string { return a.ID })
+}
+
+// recordWithIDs records the messages of the stream on filter; each must
+// carry the id of its body as Nats-Msg-Id.
+func recordWithIDs[T any](t *testing.T, env *testenv.Env, filter string, id func(T) string) *testenv.Recorder[T] {
+	t.Helper()
+	l := testenv.RecordStream[T](t, env.Conn(t), "SIGWATCH", filter)
+	l.Require(func(e testenv.Event[T]) error {
+		if e.MsgID != id(e.Body) {
+			return fmt.Errorf("%s %s carries Nats-Msg-Id %q, want its id", e.Subject, id(e.Body), e.MsgID)
 		}
 		return nil
 	})

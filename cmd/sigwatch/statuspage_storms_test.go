@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -47,34 +45,17 @@ func TestStatusPageShowsStorms(t *testing.T) {
 	}
 	var mu sync.Mutex
 	dark := map[string]bool{}
-	ctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { // the fleet signals every 250ms over HTTP, with its groups
-		tick := time.NewTicker(250 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			var batch []map[string]any
-			mu.Lock()
-			for _, d := range devs {
-				if !dark[d.group] {
-					batch = append(batch, map[string]any{"device": d.id, "type": "sensor", "group": d.group})
-				}
-			}
-			mu.Unlock()
-			body, _ := json.Marshal(batch)
-			req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/signals", strings.NewReader(string(body)))
-			req.Header.Set("Authorization", "Bearer "+tok)
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				resp.Body.Close()
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
+	// The fleet signals every 250ms over HTTP, with its groups.
+	signalEvery(t, base, tok, func() (batch []map[string]any) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, d := range devs {
+			if !dark[d.group] {
+				batch = append(batch, map[string]any{"device": d.id, "type": "sensor", "group": d.group})
 			}
 		}
+		return batch
 	})
-	t.Cleanup(func() { stop(); wg.Wait() })
 	testenv.WaitFor(t, 10*time.Second, "the fleet watched", func() bool {
 		code, sh := call(t, app, "GET", "/v1/shards", tok, nil)
 		return code == http.StatusOK && sh["devices"] == float64(len(devs))

@@ -158,6 +158,31 @@ func (b *browser) hasRow(t *testing.T, table, id string) bool {
 	return ok
 }
 
+// signalEvery posts the signals batch returns to POST /v1/signals at base
+// every 250ms until the test ends.
+func signalEvery(t *testing.T, base, tok string, batch func() []map[string]any) {
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			body, _ := json.Marshal(batch())
+			req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/signals", strings.NewReader(string(body)))
+			req.Header.Set("Authorization", "Bearer "+tok)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	t.Cleanup(func() { stop(); wg.Wait() })
+}
+
 // TestStatusPageInChromium drives the status page at / in headless Chromium
 // against a running sigwatch with an API token and a small fleet that
 // signals over HTTP. The page asks for the token and sends it; a silenced
@@ -194,36 +219,17 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	var mu sync.Mutex
 	quiet := map[string]bool{}
-	ctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // the fleet: every device not silenced signals every 250ms
-		defer wg.Done()
-		tick := time.NewTicker(250 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			var batch []map[string]any
-			mu.Lock()
-			for i, id := range ids {
-				if !quiet[id] {
-					batch = append(batch, map[string]any{"device": id, "type": []string{"meter", "tracker"}[i%2]})
-				}
-			}
-			mu.Unlock()
-			body, _ := json.Marshal(batch)
-			req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/signals", strings.NewReader(string(body)))
-			req.Header.Set("Authorization", "Bearer "+tok)
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				resp.Body.Close()
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
+	// The fleet: every device not silenced signals every 250ms.
+	signalEvery(t, base, tok, func() (batch []map[string]any) {
+		mu.Lock()
+		defer mu.Unlock()
+		for i, id := range ids {
+			if !quiet[id] {
+				batch = append(batch, map[string]any{"device": id, "type": []string{"meter", "tracker"}[i%2]})
 			}
 		}
-	}()
-	t.Cleanup(func() { stop(); wg.Wait() })
+		return batch
+	})
 	setQuiet := func(id string, q bool) {
 		mu.Lock()
 		quiet[id] = q

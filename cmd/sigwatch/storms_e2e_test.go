@@ -20,14 +20,7 @@ type stormLog = testenv.Recorder[dispatch.Storm]
 
 func watchStorms(t *testing.T, env *testenv.Env) *stormLog {
 	t.Helper()
-	l := testenv.RecordStream[dispatch.Storm](t, env.Conn(t), "SIGWATCH", "sigwatch.storm")
-	l.Require(func(e testenv.Event[dispatch.Storm]) error {
-		if e.MsgID != e.Body.ID {
-			return fmt.Errorf("storm event %s carries Nats-Msg-Id %q, want its id", e.Body.ID, e.MsgID)
-		}
-		return nil
-	})
-	return l
+	return recordWithIDs(t, env, "sigwatch.storm", func(s dispatch.Storm) string { return s.ID })
 }
 
 // groupedFleet is a fleet whose devices publish on devices/<group>/<id>/signal.
