@@ -2,6 +2,7 @@ package shard_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/sigwatch/sigwatch/internal/testenv"
 	"github.com/sigwatch/sigwatch/shard"
@@ -39,9 +40,11 @@ func TestTypeCodes(t *testing.T) {
 	}
 	a.SetGeneration("g2")
 	b.SetGeneration("g2")
-	if err := a.RestoreRegistry(ctx, []shard.Restored{{ID: "d2", Type: "meter"}, {ID: "d1", Type: "sensor"}}); err != nil {
-		t.Fatal(err)
-	}
+	// The first command on a connection to the killed Redis may fail; a
+	// restore is written again until it sticks, as the guard does.
+	testenv.WaitFor(t, 10*time.Second, "the restore written", func() bool {
+		return a.RestoreRegistry(ctx, []shard.Restored{{ID: "d2", Type: "meter"}, {ID: "d1", Type: "sensor"}}) == nil
+	})
 	types, err := b.Types(ctx, []string{"d1", "d2"})
 	if err != nil {
 		t.Fatal(err)
