@@ -109,22 +109,20 @@ func (a *Alarms) wake(ctx context.Context, i int, e shard.Entry, now time.Time, 
 	if err != nil {
 		return false, 0, err
 	}
-	old, err := a.load(ctx, id)
-	if err != nil {
-		return false, 0, err
-	}
-	var sm storm
-	if _, scope := scopeOf(id); !scope && old.Phase == Active {
-		if sm, err = a.stormOver(ctx, old.Group); err != nil {
-			return false, 0, err
-		}
-	}
-	m := a.deviceMachine(id, old.Type, now)
 	var dueAt int64
 	var held bool
 	st, err := a.transition(ctx, id, now, func(st *State) (bool, error) {
+		// The storms over a device hold its alarm; they are cached, so
+		// a retried transition costs no more reads.
+		var sm storm
+		if _, scope := scopeOf(id); !scope && st.Phase == Active {
+			var err error
+			if sm, err = a.stormOver(ctx, st.Group); err != nil {
+				return false, err
+			}
+		}
 		var changed bool
-		changed, dueAt, held = m.wake(st, cur, sm)
+		changed, dueAt, held = a.deviceMachine(id, st.Type, now).wake(st, cur, sm)
 		return changed, nil
 	})
 	if err != nil {

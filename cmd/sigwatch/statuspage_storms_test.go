@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -29,12 +28,7 @@ func TestStatusPageShowsStorms(t *testing.T) {
 	})
 	const tok = "t0ken"
 	base := "http://" + app.HTTPAddr()
-	shots := os.Getenv("SIGWATCH_SCREENSHOTS")
-	if shots == "" {
-		shots = t.TempDir()
-	} else if err := os.MkdirAll(shots, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	shots := screenshotDir(t)
 
 	type dev struct{ id, group string }
 	var devs []dev
@@ -62,12 +56,7 @@ func TestStatusPageShowsStorms(t *testing.T) {
 	})
 
 	b.run(t, chromedp.Navigate(base+"/"), chromedp.WaitVisible("#login", chromedp.ByID))
-	b.loggedIn.Store(true)
-	b.run(t,
-		chromedp.SendKeys("#token", tok, chromedp.ByID),
-		chromedp.Click("#login button[type=submit]", chromedp.ByQuery),
-		chromedp.WaitVisible("#main", chromedp.ByID),
-	)
+	b.logIn(t, tok)
 	t.Cleanup(func() {
 		if t.Failed() {
 			b.shot(t, shots, "storms-failed")

@@ -145,6 +145,32 @@ func (b *browser) shot(t *testing.T, dir, name string) {
 	t.Logf("screenshot %s", p)
 }
 
+// screenshotDir is where a test's screenshots go: SIGWATCH_SCREENSHOTS if
+// set (made if missing), else the test's temporary directory.
+func screenshotDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("SIGWATCH_SCREENSHOTS")
+	if dir == "" {
+		return t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// logIn enters the API token into the page's login form and waits for the
+// page to show its data.
+func (b *browser) logIn(t *testing.T, tok string) {
+	t.Helper()
+	b.loggedIn.Store(true)
+	b.run(t,
+		chromedp.SendKeys("#token", tok, chromedp.ByID),
+		chromedp.Click("#login button[type=submit]", chromedp.ByQuery),
+		chromedp.WaitVisible("#main", chromedp.ByID),
+	)
+}
+
 // rowJS is a JavaScript expression for the row of device id in table.
 func rowJS(table, id string) string {
 	q, _ := json.Marshal(id)
@@ -203,12 +229,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	})
 	const tok = "t0ken"
 	base := "http://" + app.HTTPAddr()
-	shots := os.Getenv("SIGWATCH_SCREENSHOTS")
-	if shots == "" {
-		shots = t.TempDir()
-	} else if err := os.MkdirAll(shots, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	shots := screenshotDir(t)
 
 	// The silenced device's id holds a slash, markup, quotes and URL
 	// metacharacters: the page must show it as text and escape it in paths.
@@ -260,13 +281,8 @@ func TestStatusPageInChromium(t *testing.T) {
 	// 0. The page asks for the token, then shows the fleet.
 	b.run(t, chromedp.Navigate(base+"/"), chromedp.WaitVisible("#login", chromedp.ByID))
 	b.shot(t, shots, "0-token")
-	b.loggedIn.Store(true)
-	b.run(t,
-		chromedp.SendKeys("#token", tok, chromedp.ByID),
-		chromedp.Click("#login button[type=submit]", chromedp.ByQuery),
-		chromedp.WaitVisible("#main", chromedp.ByID),
-		chromedp.WaitVisible(".shard", chromedp.ByQuery),
-	)
+	b.logIn(t, tok)
+	b.run(t, chromedp.WaitVisible(".shard", chromedp.ByQuery))
 	t.Cleanup(func() {
 		if t.Failed() {
 			b.shot(t, shots, "failed")
@@ -421,12 +437,7 @@ func TestStatusPageInChromium(t *testing.T) {
 // for the fleet it simulates to show: counters, lost devices, the shard map.
 func TestDemoShowsStatusPage(t *testing.T) {
 	b := newBrowser(t)
-	shots := os.Getenv("SIGWATCH_SCREENSHOTS")
-	if shots == "" {
-		shots = t.TempDir()
-	} else if err := os.MkdirAll(shots, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	shots := screenshotDir(t)
 	cmd := exec.Command(binary, "demo", "--duration", "40s", "--devices", "300", "--threshold", "1s")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
