@@ -80,8 +80,18 @@ func (s Subjects) Storm() string { return s.prefix() + ".storm" }
 // System is the subject of sigwatch's own state changes.
 func (s Subjects) System() string { return s.prefix() + ".system" }
 
-// All is the wildcard the stream listens on.
+// All is the wildcard of every subject under the prefix. The event stream
+// listens on Stream's subjects, not on All: the timer resets
+// (TimerSet) belong to a work-queue stream of their own.
 func (s Subjects) All() string { return s.prefix() + ".>" }
+
+// Stream lists the subjects of the event stream: every event and fence
+// subject, and not the timer resets.
+func (s Subjects) Stream() []string {
+	p := s.prefix()
+	return []string{p + ".lost.>", p + ".recovered.>", p + ".alarm.>", p + ".invalid", p + ".storm",
+		p + ".system", p + ".fence.>", p + ".timer.>"}
+}
 
 // Lost says a device stayed silent past its deadline.
 type Lost struct {

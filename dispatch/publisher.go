@@ -69,7 +69,7 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 	want := jetstream.StreamConfig{
 		Name:        p.opts.Stream,
 		Description: "sigwatch events",
-		Subjects:    []string{p.subjects.All()},
+		Subjects:    p.subjects.Stream(),
 		Storage:     storage,
 		Replicas:    p.opts.Replicas,
 		Duplicates:  p.opts.Duplicates,
@@ -93,19 +93,28 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 		return fmt.Errorf("dispatch: look up stream %s: %w", p.opts.Stream, err)
 	}
 	cfg := s.CachedInfo().Config
-	if !slices.Contains(cfg.Subjects, p.subjects.All()) {
-		return fmt.Errorf("dispatch: stream %s exists but does not listen on %s (it has %v): add the subject or configure another stream name",
-			p.opts.Stream, p.subjects.All(), cfg.Subjects)
+	subjects := cfg.Subjects
+	if slices.Contains(cfg.Subjects, p.subjects.All()) {
+		// A stream from before the timer resets had a stream of their own
+		// listened on the whole prefix: it moves to the event subjects.
+		subjects = want.Subjects
+	}
+	for _, sub := range want.Subjects {
+		if !slices.Contains(subjects, sub) {
+			return fmt.Errorf("dispatch: stream %s exists but does not listen on %s (it has %v): add the subject or configure another stream name",
+				p.opts.Stream, sub, cfg.Subjects)
+		}
 	}
 	if cfg.Storage != storage {
 		return fmt.Errorf("dispatch: stream %s has %s storage but nats.storage is %s: a stream's storage cannot change; set nats.storage to match, or move the events to a new stream (nats.stream)",
 			p.opts.Stream, cfg.Storage, storage)
 	}
 	if cfg.MaxAge == want.MaxAge && cfg.Duplicates == want.Duplicates && cfg.MaxBytes == want.MaxBytes &&
-		cfg.MaxMsgs == want.MaxMsgs && cfg.Replicas == want.Replicas {
+		cfg.MaxMsgs == want.MaxMsgs && cfg.Replicas == want.Replicas && slices.Equal(cfg.Subjects, subjects) {
 		return nil
 	}
 	next := cfg
+	next.Subjects = subjects
 	next.MaxAge, next.Duplicates, next.MaxBytes, next.MaxMsgs, next.Replicas =
 		want.MaxAge, want.Duplicates, want.MaxBytes, want.MaxMsgs, want.Replicas
 	if _, err := p.js.UpdateStream(ctx, next); err != nil {

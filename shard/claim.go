@@ -100,6 +100,8 @@ type Settled struct {
 //
 // KEYS[1]: timer ZSET of the shard
 // KEYS[2]: lease key of the shard
+// KEYS[3]: optional payload HASH of the shard: a removed member's payload
+// goes with it
 // ARGV[1]: lease value the caller holds
 // ARGV[2]: number of fired members n
 // ARGV[3 .. 2+2n]: fired id, claimed score pairs (removed if unchanged)
@@ -118,6 +120,7 @@ for i = 3, 2 + 2*n, 2 do
   if cur then
     if tonumber(cur) == tonumber(ARGV[i+1]) then
       redis.call('ZREM', KEYS[1], ARGV[i])
+      if KEYS[3] then redis.call('HDEL', KEYS[3], ARGV[i]) end
       removed = removed + 1
     else
       revived[#revived+1] = ARGV[i]
@@ -147,7 +150,11 @@ func (s *Store) Settle(ctx context.Context, f Family, i int, lease Lease, fired 
 	for _, m := range moves {
 		args = append(args, m.ID, strconv.FormatInt(m.From, 10), strconv.FormatInt(m.To, 10))
 	}
-	v, err := settleScript.exec(ctx, s.c, []string{s.k.Timers(f, i), s.k.Owner(i)}, args).Tuple(3)
+	keys := []string{s.k.Timers(f, i), s.k.Owner(i)}
+	if f == Timers {
+		keys = append(keys, s.k.TimerPayloads(i))
+	}
+	v, err := settleScript.exec(ctx, s.c, keys, args).Tuple(3)
 	if err != nil {
 		return Settled{}, fmt.Errorf("shard: settle shard %d: %w", i, err)
 	}

@@ -14,6 +14,9 @@ type Keys struct {
 	// generation, the restore and checkpoint locks): the alarm's queue has
 	// a prefix of its own but shares them.
 	root string
+	// lease suffixes the lease, fence and membership keys: a second engine
+	// over the same shards (the generic timers) holds leases of its own.
+	lease string
 }
 
 // NewKeys returns the key layout under prefix (default "sw").
@@ -41,10 +44,20 @@ func (k Keys) shardKey(i int, name string) string {
 func (k Keys) Timers(f Family, i int) string { return k.shardKey(i, string(f)) }
 
 // Owner holds the lease of the scanner that owns shard i.
-func (k Keys) Owner(i int) string { return k.shardKey(i, "owner") }
+func (k Keys) Owner(i int) string { return k.shardKey(i, "owner"+k.lease) }
 
 // Fence is the counter that hands out fencing tokens for shard i's lease.
-func (k Keys) Fence(i int) string { return k.shardKey(i, "fence") }
+func (k Keys) Fence(i int) string { return k.shardKey(i, "fence"+k.lease) }
+
+// TimerPayloads is the HASH of shard i holding the payloads of the generic
+// timers that have one (member -> payload). It shares the shard's slot, so
+// a timer and its payload change together.
+func (k Keys) TimerPayloads(i int) string { return k.shardKey(i, "tp") }
+
+// TimersFired is the HASH of the registry partition of member holding the
+// deadline at which a generic timer last fired while a doubling drained
+// (member -> unix ms): the crossing rule reads it.
+func (k Keys) TimersFired(member string) string { return k.partKey(member, "tf") }
 
 // Layout is the HASH of shard i that fences placement across a doubling:
 // "shards" is the largest shard count any writer may place shard i's timers
@@ -87,7 +100,7 @@ func (k Keys) Writers() string { return k.meta("writers") }
 func (k Keys) Drain() string { return k.meta("drain") }
 
 // Scanners is the ZSET of live scanner replicas scored by heartbeat expiry.
-func (k Keys) Scanners() string { return k.meta("scanners") }
+func (k Keys) Scanners() string { return k.meta("scanners" + k.lease) }
 
 // Overrides is the HASH of per-device thresholds (id -> ms).
 func (k Keys) Overrides() string { return k.meta("overrides") }

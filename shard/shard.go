@@ -61,11 +61,16 @@ const (
 	Deadlines Family = "dl"
 	// Repeats holds the next repeat time of each active alarm.
 	Repeats Family = "rp"
+	// Timers holds the generic timers of every queue, member
+	// TimerMember(queue, id), in the deadlines' shards: they share their
+	// topology, doubling and floors, with leases of their own
+	// (Store.Leases).
+	Timers Family = "tm"
 )
 
 // Families lists every timer family. A doubling drains only when none of
 // them holds a moved member in an old shard.
-var Families = []Family{Deadlines, Repeats}
+var Families = []Family{Deadlines, Repeats, Timers}
 
 // Entry is one timer: a member of a shard ZSET and its deadline in unix ms.
 type Entry struct {
@@ -121,6 +126,22 @@ type Store struct {
 // NewStore wraps a rueidis client.
 func NewStore(c rueidis.Client, keys Keys) *Store {
 	return &Store{c: c, k: keys, gen: new(generation), types: new(typeCodes)}
+}
+
+// Leases returns the same store with the lease, fence and membership keys
+// of name: an engine over the same shards that leases them apart from the
+// deadline scanners (the generic timers).
+func (s *Store) Leases(name string) *Store {
+	k := s.k
+	k.lease = ":" + name
+	return &Store{c: s.c, k: k, gen: s.gen, types: s.types}
+}
+
+// Sub returns the same client under the key layout "<prefix>:<name>",
+// sharing the installation's records: a store for records of its own, such
+// as the generic timers' watermark.
+func (s *Store) Sub(name string) *Store {
+	return &Store{c: s.c, k: Keys{prefix: s.k.prefix + ":" + name, root: s.k.root}, gen: s.gen, types: new(typeCodes)}
 }
 
 // Alarm returns the store of the alarm's repeat timers: the same client

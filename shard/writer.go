@@ -80,31 +80,51 @@ func Place(es []Entry, n int) map[int][]Entry {
 // and written there. It returns the ids that were absent. Like Store.Upsert
 // it is idempotent and may be retried.
 func (w *Writer) Upsert(ctx context.Context, f Family, es []Entry, admit Admit) ([]string, error) {
+	var added []string
+	err := placed(ctx, w, es, func(e Entry) string { return e.ID }, func(epoch int64, by map[int][]Entry) ([]int, error) {
+		a, refused, err := w.store.UpsertAt(ctx, f, epoch, by, admit)
+		added = append(added, a...)
+		return refused, err
+	})
+	return added, err
+}
+
+// placed places items (member given by id) under the writer's topology
+// and writes them with write, which returns the shards that refused their
+// part because the topology was old; those are placed again under a
+// freshly read topology and written there.
+func placed[T any](ctx context.Context, w *Writer, items []T, id func(T) string, write func(epoch int64, by map[int][]T) ([]int, error)) error {
 	t := w.current()
 	w.begin(t)
 	defer func() { w.end(t) }()
-	by := Place(es, t.Shards)
-	var added []string
+	place := func(items []T, n int) map[int][]T {
+		by := make(map[int][]T)
+		for _, it := range items {
+			i := Of(id(it), n)
+			by[i] = append(by[i], it)
+		}
+		return by
+	}
+	by := place(items, t.Shards)
 	for {
-		a, refused, err := w.store.UpsertAt(ctx, f, t.Epoch, by, admit)
-		added = append(added, a...)
+		refused, err := write(t.Epoch, by)
 		if err != nil || len(refused) == 0 {
-			return added, err
+			return err
 		}
 		nt, err := w.refresh(ctx)
 		if err != nil {
-			return added, fmt.Errorf("%w: %w", ErrStaleTopology, err)
+			return fmt.Errorf("%w: %w", ErrStaleTopology, err)
 		}
 		if nt.Epoch <= t.Epoch {
-			return added, fmt.Errorf("%w (epoch %d)", ErrStaleTopology, t.Epoch)
+			return fmt.Errorf("%w (epoch %d)", ErrStaleTopology, t.Epoch)
 		}
-		var again []Entry
+		var again []T
 		for _, i := range refused {
 			again = append(again, by[i]...)
 		}
 		w.begin(nt)
 		w.end(t)
-		t, by = nt, Place(again, nt.Shards)
+		t, by = nt, place(again, nt.Shards)
 	}
 }
 

@@ -198,7 +198,7 @@ func (e *Engine) step(ctx context.Context, i int, l *shardLoop) (time.Duration, 
 		fireErr error
 	)
 	if len(due) > 0 {
-		handled, moves, fireErr = e.h.Fire(ctx, Batch{Shard: i, Due: due, Now: now, Outages: outages, Fence: l.fence, held: l.held})
+		handled, moves, fireErr = e.h.Fire(ctx, Batch{Shard: i, Due: due, Now: now, Outages: outages, Fence: l.fence, Moving: moving, held: l.held})
 		if errors.Is(fireErr, ErrFenced) {
 			// Nothing of a fenced-out batch is settled: the new owner has it.
 			return 0, nil, fireErr

@@ -32,6 +32,10 @@ type Batch struct {
 	// that nothing it publishes is stored once another replica has taken
 	// the shard.
 	Fence uint64
+	// Moving says a doubling drains (or is being published) across this
+	// shard: an entry fired now may have a copy in its partner shard,
+	// which the crossing rule checks against Handler.Fired.
+	Moving bool
 
 	held func() bool
 }

@@ -1,0 +1,200 @@
+package timer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/shard"
+	"github.com/sigwatch/sigwatch/shard/queue"
+)
+
+// fire is the generic timers' queue.Handler: a due timer is one event on
+// sigwatch.timer.<queue>, and nothing else.
+type fire struct{ svc *Service }
+
+var (
+	_ queue.Handler = (*fire)(nil)
+	_ queue.Fencer  = (*fire)(nil)
+)
+
+// Fence fences the timer events of a shard whose lease this replica has
+// just taken (see dispatch.Fence).
+func (h *fire) Fence(ctx context.Context, l shard.Lease) (uint64, error) {
+	f, err := h.svc.pub.Fence(ctx, family, l.Shard, h.svc.opts.Replica, l.Token())
+	return f.Seq, err
+}
+
+// Fire publishes one event per due timer, with its payload, under the
+// shard's fence, and returns the timers published. While a doubling
+// drains, each is first marked fired for the crossing rule.
+func (h *fire) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, moves []shard.Move, err error) {
+	s := h.svc
+	members := make([]string, len(b.Due))
+	for j, e := range b.Due {
+		members[j] = e.ID
+	}
+	payloads, err := s.store.TimerPayloads(ctx, b.Shard, members)
+	if err != nil {
+		return nil, nil, fmt.Errorf("timer: shard %d: %w", b.Shard, err)
+	}
+	firedAt := b.Now.UnixMilli()
+	msgs := make([]dispatch.Message, 0, len(b.Due))
+	sent := make([]shard.Entry, 0, len(b.Due))
+	for j, e := range b.Due {
+		q, id, ok := shard.SplitTimerMember(e.ID)
+		if !ok || CheckQueue(q) != nil {
+			// Not a member any writer of sigwatch writes: dropped, said once.
+			s.log.Warn("malformed timer member removed", "member", e.ID)
+			handled = append(handled, e)
+			continue
+		}
+		ev := dispatch.Timer{ID: dispatch.TimerID(q, id, e.Deadline), Queue: q, Timer: id,
+			Deadline: e.Deadline, FiredAt: firedAt, Payload: payloads[j]}
+		msg, err := dispatch.Encode(s.pub.Subjects().Timer(q), ev.ID, ev)
+		if err != nil {
+			return nil, nil, fmt.Errorf("timer: encode event: %w", err)
+		}
+		msgs, sent = append(msgs, msg), append(sent, e)
+	}
+	if b.Moving && len(sent) > 0 {
+		// The marks live beside the registry, where the lease cannot fence
+		// them: a replica resumed from a long pause writes none.
+		if !b.Held() {
+			return nil, nil, fmt.Errorf("timer: shard %d: lease ran out before marking: %w", b.Shard, queue.ErrFenced)
+		}
+		if err := s.store.MarkTimersFired(ctx, sent); err != nil {
+			return handled, nil, fmt.Errorf("timer: shard %d: %w", b.Shard, err)
+		}
+	}
+	errs := s.pub.PublishFenced(ctx, s.pub.FenceOf(family, b.Shard, b.Fence), msgs)
+	for j, e := range sent {
+		switch {
+		case errs[j] == nil:
+			handled = append(handled, e)
+			s.m.fired.Inc()
+			s.m.lag.Observe(float64(firedAt-e.Deadline) / 1e3)
+		case errors.Is(errs[j], dispatch.ErrFenced):
+			return nil, nil, fmt.Errorf("timer: shard %d: %w: %w", b.Shard, queue.ErrFenced, errs[j])
+		default:
+			s.m.publishErrors.Inc()
+			if err == nil {
+				err = fmt.Errorf("timer: shard %d: %w", b.Shard, errs[j])
+			}
+		}
+	}
+	return handled, nil, err
+}
+
+// Fired returns the deadline each timer last fired at while a doubling
+// drained: a timer is marked before its copy is removed.
+func (h *fire) Fired(ctx context.Context, ids []string) ([]int64, error) {
+	return h.svc.store.TimersFired(ctx, ids)
+}
+
+// Revived needs nothing: a reset that landed after its timer was claimed
+// due starts the timer anew, and it fires again at its new deadline.
+func (*fire) Revived(context.Context, shard.Entry, shard.Entry) error { return nil }
+
+// watermarkEvery is how often the timers' watermark is advanced.
+const watermarkEvery = 10 * time.Millisecond
+
+// ClockMargin is how far the NATS server's clock may be ahead of
+// sigwatch's: while resets wait in the stream, timers fire only up to the
+// oldest one's publication less this margin.
+const ClockMargin = 250 * time.Millisecond
+
+// advanceWatermark moves the timers' watermark forward every
+// watermarkEvery: to now when no reset waits in the stream (or the NATS
+// path is off), else to just before the oldest waiting reset was
+// published. Timers fire only up to it, so a reset published before a
+// deadline is stored before the timer can fire. While the stream cannot
+// be read, the watermark stands still and timers wait.
+func (s *Service) advanceWatermark(ctx context.Context) error {
+	t := time.NewTicker(watermarkEvery)
+	defer t.Stop()
+	for {
+		now := s.opts.Now()
+		wm := now
+		ok := true
+		if s.opts.NATS {
+			n, oldest, err := s.pub.TimerBacklog(ctx)
+			switch {
+			case errors.Is(err, dispatch.ErrNoTimerStream):
+			case err != nil:
+				ok = false
+				s.warnOnce("timer reset stream not readable; timers wait", err)
+			case n > 0:
+				if o := oldest.Add(-ClockMargin); o.Before(now) {
+					wm = o
+				}
+				s.m.backlog.Set(float64(n))
+			default:
+				s.m.backlog.Set(0)
+			}
+		}
+		if ok {
+			if _, err := s.wm.AdvanceWatermark(ctx, wm.UnixMilli(), noOutages); err != nil && ctx.Err() == nil {
+				s.warnOnce("timer watermark not advanced", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// noOutages is the outage threshold of the timers' watermark: timers have
+// no outage rule, so no gap is recorded.
+const noOutages = 100 * 365 * 24 * time.Hour
+
+func (s *Service) warnOnce(msg string, err error) {
+	s.m.warn.Warn(s.log, msg, msg, "err", err)
+}
+
+// moveEvery is the period at which the owner of an old shard carries its
+// moved timers that are not due soon to their new shard while a doubling
+// drains; moveAhead is how far ahead a timer must be to be carried (one
+// due sooner fires from where it is).
+const (
+	moveEvery = 2 * time.Second
+	moveAhead = 30 * time.Second
+	moveMax   = 100_000
+)
+
+// moveLongTimers lets a doubling drain without waiting for the moved
+// timers of the old shards this replica owns to fall due, which may be
+// days away: every moveEvery it carries them to their new shard.
+func (s *Service) moveLongTimers(ctx context.Context) error {
+	t := time.NewTicker(moveEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		top := s.topo.Current()
+		if !top.Draining() {
+			continue
+		}
+		for _, i := range s.eng.Owned() {
+			if i >= top.Prev {
+				continue
+			}
+			members, err := s.store.MovedTimers(ctx, i, top.Shards, moveMax)
+			for len(members) > 0 && err == nil {
+				chunk := members[:min(len(members), 1000)]
+				members = members[len(chunk):]
+				err = s.writer.MoveTimers(ctx, chunk, s.opts.Now().Add(moveAhead).UnixMilli())
+			}
+			if err != nil && ctx.Err() == nil {
+				s.warnOnce("moved timers not carried; retrying", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,159 @@
+package timer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// flushEvery bounds how long a pulled reset waits for its batch to fill.
+const flushEvery = 2 * time.Millisecond
+
+// consume stores the resets published on sigwatch.timers.set.<queue> until
+// ctx is done. A message is acknowledged only once every reset it holds is
+// stored (or refused as malformed, and dead-lettered); one that cannot be
+// stored is handed out again after a second.
+func (s *Service) consume(ctx context.Context) error {
+	var cons jetstream.Consumer
+	for {
+		var err error
+		if cons, err = s.pub.TimerResets(ctx, s.opts.AckWait, 64*s.opts.Fetch); err == nil {
+			break
+		}
+		s.warnOnce("timer reset consumer not ready; retrying", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+	in := make(chan jetstream.Msg, 4*s.opts.Fetch)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case in <- m:
+		case <-ctx.Done():
+		}
+	}, jetstream.PullMaxMessages(4*s.opts.Fetch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			s.warnOnce("timer reset consumer", err)
+		}
+	}))
+	if err != nil {
+		return err
+	}
+	defer cc.Stop()
+	batch := make([]jetstream.Msg, 0, s.opts.Fetch)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-in:
+			batch = append(batch[:0], m)
+		}
+		// Take what else is already there, and wait a little for more.
+		deadline := time.NewTimer(flushEvery)
+	fill:
+		for len(batch) < s.opts.Fetch {
+			select {
+			case m := <-in:
+				batch = append(batch, m)
+			case <-deadline.C:
+				break fill
+			}
+		}
+		deadline.Stop()
+		s.storeMsgs(ctx, batch)
+	}
+}
+
+// storeMsgs stores the resets of msgs as one batch and acknowledges them,
+// or hands them back to be delivered again.
+func (s *Service) storeMsgs(ctx context.Context, msgs []jetstream.Msg) {
+	now := s.opts.Now()
+	var (
+		rs  []shard.TimerReset
+		bad []dispatch.Message
+	)
+	prefix := strings.TrimSuffix(s.pub.Subjects().AllTimerSet(), ">")
+	for _, m := range msgs {
+		queue := strings.TrimPrefix(m.Subject(), prefix)
+		reqs, err := decodeResets(m.Data())
+		if err != nil {
+			bad = append(bad, s.invalid(m, 0, "bad_json", err, now))
+			continue
+		}
+		for j, r := range reqs {
+			t, err := s.opts.Limits.Reset(queue, r.ID, r, now)
+			if err != nil {
+				bad = append(bad, s.invalid(m, j, reason(err), err, now))
+				continue
+			}
+			rs = append(rs, t)
+		}
+	}
+	if err := s.Reset(ctx, rs); err != nil {
+		if ctx.Err() == nil {
+			s.warnOnce("timer resets from NATS not stored; delivered again", err)
+		}
+		for _, m := range msgs {
+			_ = m.NakWithDelay(time.Second)
+		}
+		return
+	}
+	s.Stored("nats", len(rs))
+	if len(bad) > 0 {
+		// Dead-lettered best effort: the resets beside them are stored.
+		_ = s.pub.Publish(ctx, bad)
+	}
+	for _, m := range msgs {
+		_ = m.Ack()
+	}
+}
+
+// decodeResets reads one reset object or an array of them.
+func decodeResets(b []byte) ([]Request, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '[' {
+		var rs []Request
+		err := json.Unmarshal(b, &rs)
+		return rs, err
+	}
+	var r Request
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, err
+	}
+	return []Request{r}, nil
+}
+
+// reason is the invalid event's reason for a refused reset.
+func reason(err error) string {
+	switch {
+	case errors.Is(err, ErrBadQueue):
+		return "bad_queue"
+	case errors.Is(err, ErrBadPayload):
+		return "bad_payload"
+	}
+	return "bad_timer"
+}
+
+// invalid is the dead-letter event of reset j of m, with an id from the
+// message's stream sequence so that a redelivery is stored once.
+func (s *Service) invalid(m jetstream.Msg, j int, why string, err error, now time.Time) dispatch.Message {
+	s.m.invalid.WithLabelValues(why).Inc()
+	id := "timers/" + strconv.Itoa(j)
+	if md, merr := m.Metadata(); merr == nil {
+		id = "timers/" + strconv.FormatUint(md.Sequence.Stream, 10) + "/" + strconv.Itoa(j)
+	}
+	ev := dispatch.NewInvalid(id, why+": "+err.Error(), m.Subject(), m.Data(), now.UnixMilli())
+	msg, _ := dispatch.Encode(s.pub.Subjects().Invalid(), ev.ID, ev)
+	return msg
+}

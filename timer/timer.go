@@ -1,0 +1,180 @@
+package timer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/shard"
+	"github.com/sigwatch/sigwatch/shard/queue"
+)
+
+// Options configure a Service.
+type Options struct {
+	// Replica names this process among the engines firing timers; needed
+	// with Fire.
+	Replica string
+	// Fire runs the engine: this process fires due timers (the scanner
+	// role).
+	Fire bool
+	// NATS says resets also come over NATS (sigwatch.timers.set.<queue>,
+	// JetStream): firing then waits for the resets published before a
+	// deadline to be stored. Consume makes this process store them (the
+	// ingest role).
+	NATS    bool
+	Consume bool
+	// Fetch is how many reset messages a consumer pulls at once, default
+	// 256.
+	Fetch int
+	// AckWait is how long a pulled reset may go unacknowledged before the
+	// stream hands it out again, default 30s.
+	AckWait time.Duration
+
+	LeaseTTL time.Duration
+	Poll     time.Duration
+	Batch    int
+	Now      func() time.Time
+	Limits   Limits
+}
+
+// Service is the generic timers of one process: resets from the API and
+// NATS, and, with Fire, the engine that fires them.
+type Service struct {
+	opts   Options
+	store  *shard.Store
+	topo   *shard.Watcher
+	pub    *dispatch.Publisher
+	writer *shard.Writer
+	eng    *queue.Engine
+	// wm is the store of the timers' watermark, apart from the devices'
+	// ingest watermark: the time up to which every reset published over
+	// NATS is stored.
+	wm  *shard.Store
+	m   *metrics
+	log *slog.Logger
+}
+
+// New returns the timer service of a process. store is the deadlines'
+// store (the timers share its shards), topo its topology watcher.
+func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Publisher, reg prometheus.Registerer, log *slog.Logger) (*Service, error) {
+	if store == nil || topo == nil || pub == nil {
+		return nil, errors.New("timer: a store, a topology watcher and a publisher are required")
+	}
+	if opts.NATS && pub.Mode() != dispatch.JetStream {
+		return nil, fmt.Errorf("timer: timers.nats: %w", dispatch.ErrNoJetStream)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	opts.Fetch = cmp.Or(max(opts.Fetch, 0), 256)
+	opts.AckWait = cmp.Or(max(opts.AckWait, 0), 30*time.Second)
+	opts.Limits = opts.Limits.withDefaults()
+	log = cmp.Or(log, slog.New(slog.DiscardHandler))
+	reg = cmp.Or(reg, prometheus.Registerer(prometheus.NewRegistry()))
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{opts: opts, store: store, topo: topo, pub: pub, wm: store.Sub("timer"), m: m, log: log}
+	name := "timers-" + cmp.Or(opts.Replica, fmt.Sprintf("%p", s))
+	s.writer = shard.NewWriter(store, name, topo.Current, topo.Refresh)
+	if opts.Fire {
+		h := &fire{svc: s}
+		s.eng, err = queue.New(queue.Options{
+			Replica: opts.Replica, Family: shard.Timers, Name: family, LeaseTTL: opts.LeaseTTL,
+			Poll: opts.Poll, Batch: opts.Batch, Now: opts.Now, Watermark: s.wm, Fencer: h,
+		}, store.Leases("timers"), topo, h, reg, log)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// family is the timers' name in the engine's metrics and in their fences.
+const family = "timers"
+
+// Run runs what the options ask for until ctx is done: the writer's epoch
+// report (resets are written here), the engine and the timers' watermark
+// (Fire), the NATS consumer (Consume).
+func (s *Service) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg   sync.WaitGroup
+		once sync.Once
+		ferr error
+	)
+	run := func(f func(context.Context) error) {
+		wg.Go(func() {
+			if err := f(ctx); err != nil && ctx.Err() == nil {
+				once.Do(func() { ferr = err })
+				cancel()
+			}
+		})
+	}
+	run(func(ctx context.Context) error { s.writer.Run(ctx, s.opts.Now, s.log); return nil })
+	if s.eng != nil {
+		run(s.advanceWatermark)
+		run(s.eng.Run)
+		run(s.moveLongTimers)
+	}
+	if s.opts.NATS && s.opts.Consume {
+		run(s.consume)
+	}
+	wg.Wait()
+	return ferr
+}
+
+// Reset stores resets, received at the same moment, as one batch.
+func (s *Service) Reset(ctx context.Context, rs []shard.TimerReset) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	if err := s.writer.ResetTimers(ctx, rs); err != nil {
+		return fmt.Errorf("timer: reset: %w", err)
+	}
+	return nil
+}
+
+// Get returns timer id of queue, and false if there is none.
+func (s *Service) Get(ctx context.Context, queue, id string) (Timer, bool, error) {
+	if err := CheckQueue(queue); err != nil {
+		return Timer{}, false, err
+	}
+	t, ok, err := s.store.GetTimer(ctx, shard.TimerMember(queue, id))
+	if err != nil || !ok {
+		return Timer{}, false, err
+	}
+	return Timer{Queue: queue, ID: id, Deadline: t.Deadline, Payload: t.Payload}, true, nil
+}
+
+// Cancel removes timer id of queue so that it never fires, and reports
+// whether there was one. A timer already due may be firing at that moment.
+func (s *Service) Cancel(ctx context.Context, queue, id string) (bool, error) {
+	if err := CheckQueue(queue); err != nil {
+		return false, err
+	}
+	return s.store.CancelTimer(ctx, shard.TimerMember(queue, id))
+}
+
+// Limits returns the bounds a reset must keep.
+func (s *Service) Limits() Limits { return s.opts.Limits }
+
+// Now is the service's clock.
+func (s *Service) Now() time.Time { return s.opts.Now() }
+
+// Owned returns the shards whose timers this process fires.
+func (s *Service) Owned() []int {
+	if s.eng == nil {
+		return nil
+	}
+	return s.eng.Owned()
+}
