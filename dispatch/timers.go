@@ -13,11 +13,11 @@ import (
 // Timer says a generic timer fired. ID is "<queue>/<timer>@<deadline>", its
 // Nats-Msg-Id; Payload is the timer's last payload (null when none).
 type Timer struct {
-	ID       string `json:"id"`
-	Queue    string `json:"queue"`
-	Timer    string `json:"timer"`
-	Deadline int64  `json:"deadline"`
-	FiredAt  int64  `json:"fired_at"`
+	ID       string  `json:"id"`
+	Queue    string  `json:"queue"`
+	Timer    string  `json:"timer"`
+	Deadline int64   `json:"deadline"`
+	FiredAt  int64   `json:"fired_at"`
 	Payload  RawJSON `json:"payload"`
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/sigwatch/sigwatch/ingest"
 	"github.com/sigwatch/sigwatch/shard"
 	"github.com/sigwatch/sigwatch/shard/queue"
+	"github.com/sigwatch/sigwatch/timer"
 )
 
 // Config is the whole configuration of one sigwatch process, composed of
@@ -40,6 +41,7 @@ type Config struct {
 	Scanner    queue.Config           `yaml:"scanner"`
 	Alarm      alarm.Config           `yaml:"alarm"`
 	Storm      alarm.StormConfig      `yaml:"storm"`
+	Timers     timer.Config           `yaml:"timers"`
 	HTTP       HTTPConfig             `yaml:"http"`
 }
 
@@ -73,6 +75,7 @@ func DefaultConfig() Config {
 		Scanner:    queue.DefaultConfig(),
 		Alarm:      alarm.DefaultConfig(),
 		Storm:      alarm.DefaultStormConfig(),
+		Timers:     timer.DefaultConfig(),
 		HTTP:       HTTPConfig{Addr: "127.0.0.1:8080"},
 	}
 }
@@ -204,6 +207,7 @@ func (c Config) Validate() error {
 	errs := []error{
 		c.Redis.Validate(), c.NATS.Validate(), c.MQTT.Validate(), c.Thresholds.Validate(),
 		c.Timestamp.Validate(), c.Shards.Validate(), c.Ingest.Validate(), c.Scanner.Validate(), c.Alarm.Validate(), c.Storm.Validate(),
+		c.Timers.Validate(),
 	}
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	for _, r := range c.Roles {

@@ -44,6 +44,13 @@ func (a *App) routes() http.Handler {
 	v1.HandleFunc("GET /v1/storms", a.withAlarms(a.getStorms))
 	v1.HandleFunc("POST /v1/groups/{group}/ack", a.withAlarms(a.postGroupAck))
 	v1.HandleFunc("POST /v1/fleet/ack", a.withAlarms(a.postFleetAck))
+	if a.timerSvc != nil {
+		a.timerSvc.Routes(v1)
+	} else {
+		v1.HandleFunc("/v1/timers/", func(w http.ResponseWriter, _ *http.Request) {
+			writeError(w, http.StatusServiceUnavailable, "timers are off here (timers.enabled: false)")
+		})
+	}
 	mux.Handle("/v1/", a.auth(v1))
 	return mux
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/sigwatch/sigwatch/internal/clock"
 	"github.com/sigwatch/sigwatch/scanner"
 	"github.com/sigwatch/sigwatch/shard"
+	"github.com/sigwatch/sigwatch/timer"
 )
 
 // App is one running sigwatch process: the roles it was given, wired to
@@ -57,6 +58,10 @@ type App struct {
 	timers *shard.Store
 	rtopo  *shard.Watcher
 	alarms *alarm.Alarms
+
+	// timers are the generic timers: their API, NATS path and firing (nil
+	// when timers.enabled is off).
+	timerSvc *timer.Service
 
 	// stats reports this process's counts and serves GET /v1/stats.
 	stats *fleetStats
@@ -208,6 +213,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			return nil, err
 		}
 	}
+	if cfg.Timers.Enabled {
+		if err := a.startTimers(); err != nil {
+			return nil, err
+		}
+	}
 	a.stats = newFleetStats(a)
 	if cfg.hasRole("api") {
 		if a.httpLn, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {
@@ -240,6 +250,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 	if a.in != nil {
 		a.g.Go("ingest", a.in.Run)
+	}
+	if a.timerSvc != nil {
+		a.g.Go("timers", a.timerSvc.Run)
 	}
 	a.stats.start(a.g)
 	go func() {
@@ -307,4 +320,27 @@ func (a *App) HTTPAddr() string {
 		return ""
 	}
 	return a.httpLn.Addr().String()
+}
+
+// startTimers sets up the generic timers: the scanner role fires them, the
+// ingest role stores the resets published over NATS, the api role serves
+// them.
+func (a *App) startTimers() error {
+	cfg := a.cfg
+	js := a.pub.Mode() == dispatch.JetStream
+	if cfg.Timers.NATS && !js {
+		a.log.Warn("NATS core mode: timer resets over NATS are off (they need JetStream); the timer API works")
+	}
+	store := a.store
+	if a.scanStore != nil {
+		store = a.scanStore
+	}
+	var err error
+	a.timerSvc, err = timer.New(timer.Options{
+		Replica: replicaID(), Fire: cfg.hasRole("scanner"), NATS: cfg.Timers.NATS && js, Consume: cfg.hasRole("ingest"),
+		Fetch: cfg.Timers.Fetch, AckWait: cfg.Timers.AckWait,
+		LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll, Batch: cfg.Scanner.Batch, Now: a.clock.Now,
+		Limits: timer.Limits{MaxPayload: cfg.Timers.MaxPayload, MaxIDLen: cfg.Ingest.MaxIDLen},
+	}, store, a.topo, a.pub, a.reg, a.log.With("role", "timers"))
+	return err
 }
