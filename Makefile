@@ -37,7 +37,7 @@ lint: vet
 	cd deploy/check && $(GO) run $(STATICCHECK) ./...
 
 # FUZZ lists package:target pairs; `make test` runs each briefly, `make fuzz` longer.
-FUZZ := ./ingest:FuzzParseTopic ./ingest:FuzzParseTimestamp ./dispatch:FuzzSanitizeType ./dispatch:FuzzNewInvalid
+FUZZ := ./ingest:FuzzParseTopic ./ingest:FuzzParseTimestamp ./dispatch:FuzzSanitizeType ./dispatch:FuzzNewInvalid ./timer:FuzzDecodeResets
 FUZZTIME ?= 10s
 
 # The cmd/sigwatch tests build sigwatch with the demo tag themselves, so TestDemoShowsLostDevices runs

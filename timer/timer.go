@@ -37,11 +37,12 @@ type Options struct {
 	// stream hands it out again, default 30s.
 	AckWait time.Duration
 
-	LeaseTTL time.Duration
-	Poll     time.Duration
-	Batch    int
-	Now      func() time.Time
-	Limits   Limits
+	LeaseTTL   time.Duration
+	Poll       time.Duration
+	Batch      int
+	DrainCheck time.Duration // see queue.Options
+	Now        func() time.Time
+	Limits     Limits
 }
 
 // Service is the generic timers of one process: resets from the API and
@@ -89,7 +90,7 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Pu
 		h := &fire{svc: s}
 		s.eng, err = queue.New(queue.Options{
 			Replica: opts.Replica, Family: shard.Timers, Name: family, LeaseTTL: opts.LeaseTTL,
-			Poll: opts.Poll, Batch: opts.Batch, Now: opts.Now, Watermark: s.wm, Fencer: h,
+			Poll: opts.Poll, Batch: opts.Batch, DrainCheck: opts.DrainCheck, Now: opts.Now, Watermark: s.wm, Fencer: h,
 		}, store.Leases("timers"), topo, h, reg, log)
 		if err != nil {
 			return nil, err
