@@ -201,3 +201,60 @@ func TestNATSResetsAckedOnceStored(t *testing.T) {
 	invalid.WaitN(t, 5*time.Second, 2, "the empty id and the bad JSON dead-lettered", func(dispatch.Invalid) bool { return true })
 	h.fired.Wait(t, 5*time.Second, "the single timer", func(e dispatch.Timer) bool { return e.Timer == "single" })
 }
+
+// TestNATSResetNotAckedUntilStored freezes Redis while resets arrive over
+// NATS: they stay in the reset stream, unacknowledged, and the timers'
+// watermark holds their deadlines back; once Redis answers again they are
+// stored, acknowledged, and fire once, none before its deadline.
+func TestNATSResetNotAckedUntilStored(t *testing.T) {
+	h := newHarness(t, 2)
+	s := h.service("a", func(o *Options) { o.AckWait = 2 * time.Second })
+	js, err := jetstream.New(h.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	testenv.WaitFor(t, 5*time.Second, "the reset stream", func() bool {
+		_, err := js.Stream(ctx, "SIGWATCH_TIMERS")
+		return err == nil
+	})
+	// An earlier deadline that the frozen reset extends: it must not fire
+	// at it.
+	first := mustReset(t, s, "jobs", "held", Request{After: after(time.Second)})
+	if err := h.env.Redis.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = h.env.Redis.Resume()
+		}
+	}()
+	if _, err := js.Publish(ctx, "sigwatch.timers.set.jobs", []byte(`[{"id":"held","after":"4s"},{"id":"new","after":"1s"}]`)); err != nil {
+		t.Fatal(err)
+	}
+	published := time.Now()
+	time.Sleep(2 * time.Second)
+	st, err := js.Stream(ctx, "SIGWATCH_TIMERS")
+	if err != nil || st.CachedInfo().State.Msgs != 1 {
+		t.Fatalf("while Redis is frozen the reset stream holds %v messages (%v), want 1 unacknowledged", st.CachedInfo().State.Msgs, err)
+	}
+	if err := h.env.Redis.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	testenv.WaitFor(t, 10*time.Second, "the resets stored and acknowledged", func() bool {
+		st, err := js.Stream(ctx, "SIGWATCH_TIMERS")
+		return err == nil && st.CachedInfo().State.Msgs == 0
+	})
+	h.fired.WaitN(t, 10*time.Second, 2, "both timers fired", func(dispatch.Timer) bool { return true })
+	testenv.Never(t, time.Second, "a third event", func() bool { return h.fired.Len() > 2 })
+	for _, ev := range h.fired.Events() {
+		if ev.Body.Timer == "held" && ev.Body.Deadline <= first.Deadline {
+			t.Fatalf("the timer fired at its old deadline %d though a reset published before it waited in the stream", ev.Body.Deadline)
+		}
+		if ev.Body.Timer == "held" && ev.Body.Deadline < published.Add(4*time.Second).UnixMilli() {
+			t.Fatalf("held fired at %d, before its reset's deadline", ev.Body.Deadline)
+		}
+	}
+}
