@@ -43,16 +43,16 @@ func cmdShards(ctx context.Context, args []string, stdout io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
 	}
-	fmt.Fprintf(stdout, "shards %d  prev %d  epoch %d  devices %d  watermark lag %dms\n\n",
-		v.Shards, v.Prev, v.Epoch, v.Devices, v.WatermarkLag)
+	fmt.Fprintf(stdout, "shards %d  prev %d  epoch %d  devices %d  timers %d  watermark lag %dms\n\n",
+		v.Shards, v.Prev, v.Epoch, v.Devices, v.GenericTimers, v.WatermarkLag)
 	printDrain(stdout, v.Drain, now)
 	if rt := v.Timers; rt != nil {
 		fmt.Fprintf(stdout, "alarm repeat timers: shards %d  prev %d  epoch %d  timers %d\n\n", rt.Shards, rt.Prev, rt.Epoch, rt.Size)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SHARD\tSIZE\tHEAD LAG\tOWNER")
+	fmt.Fprintln(tw, "SHARD\tSIZE\tHEAD LAG\tOWNER\tTIMERS\tTIMERS OWNER")
 	for _, s := range v.List {
-		fmt.Fprintf(tw, "%d\t%d\t%dms\t%s\n", s.Shard, s.Size, s.HeadLagMS, s.Owner)
+		fmt.Fprintf(tw, "%d\t%d\t%dms\t%s\t%d\t%s\n", s.Shard, s.Size, s.HeadLagMS, s.Owner, s.Timers, s.TimersOwner)
 	}
 	return tw.Flush()
 }
@@ -242,16 +242,22 @@ type shardView struct {
 	HeadDeadline int64  `json:"head_deadline,omitempty"`
 	HeadLagMS    int64  `json:"head_lag_ms"`
 	Owner        string `json:"owner"`
+	// Timers and TimersOwner are the shard's generic timers and the
+	// holder of their lease.
+	Timers      int64  `json:"timers"`
+	TimersOwner string `json:"timers_owner"`
 }
 
 // shardsView is GET /v1/shards.
 type shardsView struct {
 	shard.Topology
-	Watermark    int64       `json:"watermark"`
-	WatermarkLag int64       `json:"watermark_lag_ms"`
-	Drain        drainView   `json:"drain"`
-	Devices      int64       `json:"devices"`
-	List         []shardView `json:"list"`
+	Watermark    int64     `json:"watermark"`
+	WatermarkLag int64     `json:"watermark_lag_ms"`
+	Drain        drainView `json:"drain"`
+	Devices      int64     `json:"devices"`
+	// GenericTimers counts the generic timers in the same shards.
+	GenericTimers int64       `json:"timers"`
+	List          []shardView `json:"list"`
 	// Timers is the topology of the alarm's repeat timers (absent before
 	// the alarm role first ran), with the number of timers.
 	Timers *timersView `json:"alarm_timers,omitempty"`
@@ -294,8 +300,13 @@ func shardsStatus(ctx context.Context, store *shard.Store, now time.Time) (shard
 	if err != nil {
 		return v, err
 	}
-	for _, st := range sts {
-		sv := shardView{Shard: st.Shard, Size: st.Size, Owner: st.Owner}
+	tsts, err := store.Leases("timers").Status(ctx, shard.Timers, t.Shards)
+	if err != nil {
+		return v, err
+	}
+	for j, st := range sts {
+		sv := shardView{Shard: st.Shard, Size: st.Size, Owner: st.Owner, Timers: tsts[j].Size, TimersOwner: tsts[j].Owner}
+		v.GenericTimers += tsts[j].Size
 		if st.HasHead {
 			sv.HeadDeadline = st.Head.Deadline
 			if lag := now.UnixMilli() - st.Head.Deadline; lag > 0 {
