@@ -21,20 +21,31 @@ const flushEvery = 2 * time.Millisecond
 // consume stores the resets published on sigwatch.timers.set.<queue> until
 // ctx is done. A message is acknowledged only once every reset it holds is
 // stored (or refused as malformed, and dead-lettered); one that cannot be
-// stored is handed out again after a second.
+// stored is handed out again after a second. Should the consumer go away
+// (its stream deleted, say), it is made again.
 func (s *Service) consume(ctx context.Context) error {
-	var cons jetstream.Consumer
 	for {
-		var err error
-		if cons, err = s.pub.TimerResets(ctx, s.opts.AckWait, 64*s.opts.Fetch); err == nil {
-			break
+		err := s.consumeOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
 		}
-		s.warnOnce("timer reset consumer not ready; retrying", err)
+		s.warnOnce("timer reset consumer stopped; starting it again", err)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(time.Second):
 		}
+	}
+}
+
+// errConsumerClosed says the consumer stopped by itself.
+var errConsumerClosed = errors.New("timer: reset consumer closed")
+
+// consumeOnce runs one consumer until it stops or ctx is done.
+func (s *Service) consumeOnce(ctx context.Context) error {
+	cons, err := s.pub.TimerResets(ctx, s.opts.AckWait, 64*s.opts.Fetch)
+	if err != nil {
+		return err
 	}
 	in := make(chan jetstream.Msg, 4*s.opts.Fetch)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -56,6 +67,8 @@ func (s *Service) consume(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-cc.Closed():
+			return errConsumerClosed
 		case m := <-in:
 			batch = append(batch[:0], m)
 		}
