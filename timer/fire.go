@@ -29,7 +29,7 @@ func (h *fire) Fence(ctx context.Context, l shard.Lease) (uint64, error) {
 
 // Fire publishes one event per due timer, with its payload, under the
 // shard's fence, and returns the timers published. While a doubling
-// drains, each is first marked fired for the crossing rule.
+// drains, each published one is then marked fired for the crossing rule.
 func (h *fire) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, moves []shard.Move, err error) {
 	s := h.svc
 	members := make([]string, len(b.Due))
@@ -59,23 +59,12 @@ func (h *fire) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 		}
 		msgs, sent = append(msgs, msg), append(sent, e)
 	}
-	if b.Moving && len(sent) > 0 {
-		// The marks live beside the registry, where the lease cannot fence
-		// them: a replica resumed from a long pause writes none.
-		if !b.Held() {
-			return nil, nil, fmt.Errorf("timer: shard %d: lease ran out before marking: %w", b.Shard, queue.ErrFenced)
-		}
-		if err := s.store.MarkTimersFired(ctx, sent); err != nil {
-			return handled, nil, fmt.Errorf("timer: shard %d: %w", b.Shard, err)
-		}
-	}
 	errs := s.pub.PublishFenced(ctx, s.pub.FenceOf(family, b.Shard, b.Fence), msgs)
+	published := make([]shard.Entry, 0, len(sent))
 	for j, e := range sent {
 		switch {
 		case errs[j] == nil:
-			handled = append(handled, e)
-			s.m.fired.Inc()
-			s.m.lag.Observe(float64(firedAt-e.Deadline) / 1e3)
+			published = append(published, e)
 		case errors.Is(errs[j], dispatch.ErrFenced):
 			return nil, nil, fmt.Errorf("timer: shard %d: %w: %w", b.Shard, queue.ErrFenced, errs[j])
 		default:
@@ -85,11 +74,33 @@ func (h *fire) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 			}
 		}
 	}
+	if b.Moving && len(published) > 0 {
+		// While a doubling drains, a timer is marked fired after its event
+		// is stored and before its copy is removed, for the crossing rule.
+		// Marked earlier, a publish that failed would leave a mark that
+		// makes the retry of the same copy look fired elsewhere. The marks
+		// live beside the registry, where the lease cannot fence them: a
+		// replica resumed from a long pause writes none.
+		if !b.Held() {
+			return nil, nil, fmt.Errorf("timer: shard %d: lease ran out before marking: %w", b.Shard, queue.ErrFenced)
+		}
+		if merr := s.store.MarkTimersFired(ctx, published); merr != nil {
+			// Not removed: claimed and published again, which
+			// de-duplication drops, and marked then.
+			return handled, nil, fmt.Errorf("timer: shard %d: %w", b.Shard, merr)
+		}
+	}
+	for _, e := range published {
+		handled = append(handled, e)
+		s.m.fired.Inc()
+		s.m.lag.Observe(float64(firedAt-e.Deadline) / 1e3)
+	}
 	return handled, nil, err
 }
 
 // Fired returns the deadline each timer last fired at while a doubling
-// drained: a timer is marked before its copy is removed.
+// drained: a timer is marked once its event is stored, before its copy is
+// removed.
 func (h *fire) Fired(ctx context.Context, ids []string) ([]int64, error) {
 	return h.svc.store.TimersFired(ctx, ids)
 }
