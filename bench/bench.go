@@ -32,7 +32,7 @@ import (
 type Options struct {
 	Profile string   // "quick" (make bench, < 5 min on 2 cores) or "full"
 	OutDir  string   // where RESULTS.md, results*.json and profiles/ go; default "." (bench/)
-	Only    []string // scenario names to run (ingest, write, firelag, burst, memory, peers, overload, doubling); empty: all
+	Only    []string // scenario names to run (ingest, write, firelag, burst, memory, peers, overload, doubling, timers); empty: all
 	// Command is the command line recorded in the results.
 	Command  string
 	Progress io.Writer // default os.Stderr
@@ -79,6 +79,8 @@ type profile struct {
 	// PeerFor the length of each peer's measurement.
 	PeerDevices int
 	PeerFor     time.Duration
+	// TimerCounts are the timer counts of the timers scenario.
+	TimerCounts []int
 	// DoublingDevices is the key space of the doubling scenario; its
 	// writers push deadlines DoublingThreshold ahead (a drain lasts about
 	// that long), and each phase is measured for DoublingPhase.
@@ -104,7 +106,7 @@ var profiles = map[string]profile{
 		WriteDevices: 100_000, WriteFor: 3 * time.Second,
 		LagDevices: []int{100_000}, LagWindow: 8 * time.Second, LagFires: 8_000,
 		Burst:       100_000,
-		PeerDevices: 50_000, PeerFor: 3 * time.Second,
+		PeerDevices: 50_000, PeerFor: 3 * time.Second, TimerCounts: []int{100_000},
 		DoublingDevices: 100_000, DoublingThreshold: 10 * time.Second, DoublingPhase: 3 * time.Second,
 		OverloadDevices: 20_000, OverloadEvery: 2 * time.Second, OverloadBefore: 5 * time.Second, OverloadSurge: 10 * time.Second,
 		OverloadAfter: 15 * time.Second, OverloadVictims: 3_000,
@@ -115,7 +117,7 @@ var profiles = map[string]profile{
 		WriteDevices: 1_000_000, WriteFor: 8 * time.Second,
 		LagDevices: []int{100_000, 1_000_000}, LagWindow: 20 * time.Second, LagFires: 20_000,
 		Burst:       100_000,
-		PeerDevices: 100_000, PeerFor: 8 * time.Second,
+		PeerDevices: 100_000, PeerFor: 8 * time.Second, TimerCounts: []int{100_000, 1_000_000},
 		DoublingDevices: 1_000_000, DoublingThreshold: time.Minute, DoublingPhase: 8 * time.Second,
 		OverloadDevices: 20_000, OverloadEvery: 2 * time.Second, OverloadBefore: 10 * time.Second, OverloadSurge: 10 * time.Second,
 		OverloadAfter: 30 * time.Second, OverloadVictims: 5_000,
@@ -123,7 +125,7 @@ var profiles = map[string]profile{
 }
 
 // scenarioNames lists the scenarios in the order they run.
-var scenarioNames = []string{"write", "memory", "firelag", "burst", "peers", "ingest", "overload", "doubling"}
+var scenarioNames = []string{"write", "memory", "firelag", "burst", "peers", "ingest", "overload", "doubling", "timers"}
 
 // Run runs the benchmark and writes its results into opts.OutDir.
 func Run(ctx context.Context, opts Options) error {
@@ -191,6 +193,7 @@ func Run(ctx context.Context, opts Options) error {
 		{"ingest", r.ingest},
 		{"overload", r.overload},
 		{"doubling", r.doubling},
+		{"timers", r.timers},
 	}
 	var errs []error
 	for _, s := range steps {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -62,13 +63,33 @@ func (s *Service) consumeOnce(ctx context.Context) error {
 		return err
 	}
 	defer cc.Stop()
+	// Several batches are decoded and stored at once: decoding is CPU, a
+	// store waits on Redis, and one at a time leaves both idle in turn.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	for range consumers {
+		wg.Go(func() { s.storeBatches(wctx, in) })
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-cc.Closed():
+		return errConsumerClosed
+	}
+}
+
+// consumers is how many batches of resets one process stores at once.
+const consumers = 4
+
+// storeBatches stores the messages of in, batched, until ctx is done.
+func (s *Service) storeBatches(ctx context.Context, in <-chan jetstream.Msg) {
 	batch := make([]jetstream.Msg, 0, s.opts.Fetch)
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-cc.Closed():
-			return errConsumerClosed
+			return
 		case m := <-in:
 			batch = append(batch[:0], m)
 		}

@@ -148,8 +148,13 @@ func parseAfter(raw json.RawMessage) (time.Duration, error) {
 		err error
 	)
 	if s := bytes.TrimSpace(raw); len(s) > 0 && s[0] == '"' {
-		var v string
-		if err = json.Unmarshal(s, &v); err == nil {
+		v := ""
+		if len(s) > 1 && s[len(s)-1] == '"' && bytes.IndexByte(s[1:len(s)-1], '\\') < 0 {
+			v = string(s[1 : len(s)-1]) // no escapes: the common case, without a decoder
+		} else {
+			err = json.Unmarshal(s, &v)
+		}
+		if err == nil {
 			d, err = time.ParseDuration(v)
 		}
 	} else {
