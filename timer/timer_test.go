@@ -18,14 +18,13 @@ import (
 
 // harness is one test's Redis, NATS, store and timer service.
 type harness struct {
-	t      *testing.T
-	env    *testenv.Env
-	nc     *nats.Conn
-	store  *shard.Store
-	topo   *shard.Watcher
-	pub    *dispatch.Publisher
-	fired  *testenv.Recorder[dispatch.Timer]
-	cancel context.CancelFunc
+	t     *testing.T
+	env   *testenv.Env
+	nc    *nats.Conn
+	store *shard.Store
+	topo  *shard.Watcher
+	pub   *dispatch.Publisher
+	fired *testenv.Recorder[dispatch.Timer]
 }
 
 func newHarness(t *testing.T, shards int) *harness {
