@@ -140,6 +140,19 @@ func (r Reset) body(withID bool) (body, error) {
 	return b, nil
 }
 
+// bodies are the bodies of a batch of resets, each with its id.
+func bodies(rs []Reset) ([]body, error) {
+	bs := make([]body, len(rs))
+	for j, r := range rs {
+		b, err := r.body(true)
+		if err != nil {
+			return nil, fmt.Errorf("reset %d: %w", j, err)
+		}
+		bs[j] = b
+	}
+	return bs, nil
+}
+
 // Reset arms timer id of queue to fire after d, or pushes it back
 // (extend: never earlier than it was), with payload (nil: keep).
 func (c *Client) Reset(ctx context.Context, queue, id string, after time.Duration, payload any) (Timer, error) {
@@ -172,13 +185,9 @@ func (c *Client) ResetBatch(ctx context.Context, queue string, rs []Reset) error
 	if err := CheckQueue(queue); err != nil {
 		return err
 	}
-	bs := make([]body, len(rs))
-	for j, r := range rs {
-		b, err := r.body(true)
-		if err != nil {
-			return fmt.Errorf("reset %d: %w", j, err)
-		}
-		bs[j] = b
+	bs, err := bodies(rs)
+	if err != nil {
+		return err
 	}
 	return c.do(ctx, http.MethodPost, "/v1/timers/"+queue, bs, nil)
 }
@@ -221,13 +230,9 @@ func (c *Client) Publish(ctx context.Context, queue string, rs ...Reset) error {
 	if err := CheckQueue(queue); err != nil {
 		return err
 	}
-	bs := make([]body, len(rs))
-	for j, r := range rs {
-		b, err := r.body(true)
-		if err != nil {
-			return fmt.Errorf("reset %d: %w", j, err)
-		}
-		bs[j] = b
+	bs, err := bodies(rs)
+	if err != nil {
+		return err
 	}
 	data, err := json.Marshal(bs)
 	if err != nil {

@@ -187,28 +187,41 @@ const scanCount = 1000
 func (s *Store) CountMoved(ctx context.Context, i, n int, first bool) (int64, error) {
 	var moved int64
 	for _, f := range Families {
-		key := s.k.Timers(f, i)
-		cursor := uint64(0)
-		for {
-			e, err := s.c.Do(ctx, s.c.B().Zscan().Key(key).Cursor(cursor).Count(scanCount).Build()).AsScanEntry()
-			if err != nil {
-				return moved, fmt.Errorf("shard: scan shard %d: %w", i, err)
+		err := s.scanMembers(ctx, s.k.Timers(f, i), func(m string) bool {
+			if Of(m, n) != i {
+				moved++
 			}
-			// The reply alternates member and score.
-			for j := 0; j < len(e.Elements); j += 2 {
-				if Of(e.Elements[j], n) != i {
-					moved++
-					if first {
-						return moved, nil
-					}
-				}
-			}
-			if cursor = e.Cursor; cursor == 0 {
-				break
-			}
+			return !first || moved == 0
+		})
+		if err != nil {
+			return moved, fmt.Errorf("shard: scan shard %d: %w", i, err)
+		}
+		if first && moved > 0 {
+			return moved, nil
 		}
 	}
 	return moved, nil
+}
+
+// scanMembers calls fn with each member of the ZSET at key, a ZSCAN page at
+// a time, until fn returns false or the scan ends.
+func (s *Store) scanMembers(ctx context.Context, key string, fn func(member string) bool) error {
+	cursor := uint64(0)
+	for {
+		e, err := s.c.Do(ctx, s.c.B().Zscan().Key(key).Cursor(cursor).Count(scanCount).Build()).AsScanEntry()
+		if err != nil {
+			return err
+		}
+		// The reply alternates member and score.
+		for j := 0; j < len(e.Elements); j += 2 {
+			if !fn(e.Elements[j]) {
+				return nil
+			}
+		}
+		if cursor = e.Cursor; cursor == 0 {
+			return nil
+		}
+	}
 }
 
 // DrainReport is what the owner of an old shard last found in it.

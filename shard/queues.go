@@ -42,7 +42,7 @@ type TimerReset struct {
 func (r TimerReset) plain() bool { return !r.Set && r.Payload == nil && !r.ClearPayload }
 
 // resetTimersScript writes resets that set a deadline exactly or touch a
-// payload, fenced like upsertScript by the shard's floor and generation.
+// payload, fenced by writerFence.
 // A timer that was absent loses any payload left of an earlier life.
 //
 // KEYS[1]: timer ZSET of one shard; KEYS[2]: layout HASH; KEYS[3]: payloads
@@ -51,17 +51,7 @@ func (r TimerReset) plain() bool { return !r.Set && r.Payload == nil && !r.Clear
 // ARGV[3..]: quads of mode ("e" extend, "s" set), deadline, member and
 // payload op: "k" keep, "c" clear, "p"..payload set, "m"..payload set if
 // the timer has none (a copy moved by a doubling).
-var resetTimersScript = newScript(`
-local epoch = tonumber(ARGV[1])
-if epoch > 0 then
-  local floor = redis.call('HGET', KEYS[2], 'floor')
-  if floor and tonumber(floor) > epoch then
-    return redis.error_reply('STALE topology epoch ' .. ARGV[1] .. ' below floor ' .. floor)
-  end
-end
-if ARGV[2] ~= '' and redis.call('HGET', KEYS[2], 'gen') ~= ARGV[2] then
-  return redis.error_reply('LOSTDATA shard not vetted under generation ' .. ARGV[2])
-end
+var resetTimersScript = newScript(writerFence + `
 for i = 3, #ARGV, 4 do
   local m = ARGV[i+2]
   local had = redis.call('ZSCORE', KEYS[1], m)
@@ -475,23 +465,17 @@ func (s *Store) TimersFired(ctx context.Context, members []string) ([]int64, err
 }
 
 // MovedTimers returns the generic timers of shard i that belong to another
-// shard among n (moved by the doubling that drains), at most limit.
+// shard among n (moved by the doubling that drains), at most about limit.
 func (s *Store) MovedTimers(ctx context.Context, i, n, limit int) ([]string, error) {
 	var out []string
-	key := s.k.Timers(Timers, i)
-	cursor := uint64(0)
-	for {
-		e, err := s.c.Do(ctx, s.c.B().Zscan().Key(key).Cursor(cursor).Count(scanCount).Build()).AsScanEntry()
-		if err != nil {
-			return out, fmt.Errorf("shard: scan timers of shard %d: %w", i, err)
+	err := s.scanMembers(ctx, s.k.Timers(Timers, i), func(m string) bool {
+		if Of(m, n) != i {
+			out = append(out, m)
 		}
-		for j := 0; j < len(e.Elements); j += 2 {
-			if Of(e.Elements[j], n) != i {
-				out = append(out, e.Elements[j])
-			}
-		}
-		if cursor = e.Cursor; cursor == 0 || len(out) >= limit {
-			return out, nil
-		}
+		return len(out) < limit
+	})
+	if err != nil {
+		return out, fmt.Errorf("shard: scan timers of shard %d: %w", i, err)
 	}
+	return out, nil
 }

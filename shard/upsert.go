@@ -30,6 +30,25 @@ func (s *Store) Upsert(ctx context.Context, f Family, byShard map[int][]Entry) (
 // all.
 type Admit func(ctx context.Context, absent []Entry) ([]Entry, error)
 
+// writerFence is the Lua that opens every script adding timers to a shard:
+// it refuses a writer whose topology is older than the shard's floor
+// (STALE), or whose generation is not the shard's (LOSTDATA).
+//
+// KEYS[2]: layout HASH of the shard
+// ARGV[1]: epoch of the writer's topology (0: not checked)
+// ARGV[2]: the writer's generation ("" to skip the check)
+const writerFence = `
+local epoch = tonumber(ARGV[1])
+if epoch > 0 then
+  local floor = redis.call('HGET', KEYS[2], 'floor')
+  if floor and tonumber(floor) > epoch then
+    return redis.error_reply('STALE topology epoch ' .. ARGV[1] .. ' below floor ' .. floor)
+  end
+end
+if ARGV[2] ~= '' and redis.call('HGET', KEYS[2], 'gen') ~= ARGV[2] then
+  return redis.error_reply('LOSTDATA shard not vetted under generation ' .. ARGV[2])
+end`
+
 // upsertScript pushes deadlines forward and reports which members are new.
 // A writer that placed its timers under a topology older than the shard's
 // floor is refused and writes nothing: it may hold devices that moved away
@@ -55,17 +74,7 @@ type Admit func(ctx context.Context, absent []Entry) ([]Entry, error)
 // the error STALE when the writer's epoch is below the floor, or LOSTDATA
 // when the shard's generation is not the writer's: an id absent from data
 // Redis lost is not new, and is not added until the data is restored.
-var upsertScript = newScript(`
-local epoch = tonumber(ARGV[1])
-if epoch > 0 then
-  local floor = redis.call('HGET', KEYS[2], 'floor')
-  if floor and tonumber(floor) > epoch then
-    return redis.error_reply('STALE topology epoch ' .. ARGV[1] .. ' below floor ' .. floor)
-  end
-end
-if ARGV[2] ~= '' and redis.call('HGET', KEYS[2], 'gen') ~= ARGV[2] then
-  return redis.error_reply('LOSTDATA shard not vetted under generation ' .. ARGV[2])
-end
+var upsertScript = newScript(writerFence + `
 local chunk = 2000
 local changed = 0
 for lo = 3, #ARGV, chunk do

@@ -73,6 +73,21 @@ func (h *harness) service(replica string, mod func(*Options)) *Service {
 	return s
 }
 
+// resetStream waits for the reset stream the service creates and returns
+// a JetStream client to publish resets with.
+func (h *harness) resetStream() jetstream.JetStream {
+	h.t.Helper()
+	js, err := jetstream.New(h.nc)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	testenv.WaitFor(h.t, 5*time.Second, "the reset stream", func() bool {
+		_, err := js.Stream(h.t.Context(), "SIGWATCH_TIMERS")
+		return err == nil
+	})
+	return js
+}
+
 func mustReset(t *testing.T, s *Service, queue, id string, r Request) shard.TimerReset {
 	t.Helper()
 	tr, err := s.Limits().Reset(queue, id, r, s.Now())
@@ -162,16 +177,7 @@ func TestNATSResetsAckedOnceStored(t *testing.T) {
 	h := newHarness(t, 4)
 	s := h.service("a", nil)
 	invalid := testenv.Record[dispatch.Invalid](t, h.nc, "sigwatch.invalid")
-	js, err := jetstream.New(h.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	// The first process to start creates the stream.
-	testenv.WaitFor(t, 5*time.Second, "the reset stream", func() bool {
-		_, err := js.Stream(ctx, "SIGWATCH_TIMERS")
-		return err == nil
-	})
+	js, ctx := h.resetStream(), t.Context()
 	var batch []Request
 	for j := range 100 {
 		batch = append(batch, Request{ID: fmt.Sprint("t-", j), After: after(time.Minute), Payload: json.RawMessage(`{"j":` + strconv.Itoa(j) + `}`)})
@@ -208,15 +214,7 @@ func TestNATSResetsAckedOnceStored(t *testing.T) {
 func TestNATSResetNotAckedUntilStored(t *testing.T) {
 	h := newHarness(t, 2)
 	s := h.service("a", func(o *Options) { o.AckWait = 2 * time.Second })
-	js, err := jetstream.New(h.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	testenv.WaitFor(t, 5*time.Second, "the reset stream", func() bool {
-		_, err := js.Stream(ctx, "SIGWATCH_TIMERS")
-		return err == nil
-	})
+	js, ctx := h.resetStream(), t.Context()
 	// An earlier deadline that the frozen reset extends: it must not fire
 	// at it.
 	first := mustReset(t, s, "jobs", "held", Request{After: after(time.Second)})
