@@ -26,6 +26,7 @@ commands:
   alarm      ls [--state active|acked|muted|flapping|held]: the open alarms, through the HTTP API
   mute       add|ls|rm: mute the alarms of a device or a type for a while
   storm      ls | ack <group>|--fleet: group and fleet storms and their alarms, through the HTTP API
+  timer      get|set|rm <queue> <id>: one generic timer, through the HTTP API
   stats      fleet counters, rates, fire lag, watermark, shards, through the HTTP API
   config     check --config F: load and validate a config file with the SIGWATCH_* environment
   healthcheck [URL]: exit 0 when URL (default http://127.0.0.1:8080/readyz) answers 200
@@ -69,6 +70,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdAlarm(ctx, args[1:], stdout)
 	case "storm":
 		err = cmdStorm(ctx, args[1:], stdout)
+	case "timer":
+		err = cmdTimer(ctx, args[1:], stdout)
 	case "config":
 		err = cmdConfig(args[1:], stdout, stderr)
 	case "healthcheck":

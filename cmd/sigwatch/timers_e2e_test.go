@@ -135,6 +135,22 @@ func TestTimersAPIEndToEnd(t *testing.T) {
 			t.Errorf("PUT %s %v: %d %s, want %d with an error", c.path, c.body, code, body, c.want)
 		}
 	}
+	// The CLI does the same through the API.
+	cli := func(args ...string) (string, error) {
+		return api(t, addr, append(append([]string{"timer"}, args...), "--token", token)...)
+	}
+	if out, err := cli("set", "jobs", "a b/c", "--after", "1h", "--payload", `{"k":[1]}`); err != nil || !strings.Contains(out, `"id": "a b/c"`) {
+		t.Fatalf("timer set: %v\n%s", err, out)
+	}
+	if out, err := cli("get", "jobs", "a b/c"); err != nil || !strings.Contains(out, `"k"`) {
+		t.Fatalf("timer get: %v\n%s", err, out)
+	}
+	if out, err := cli("rm", "jobs", "a b/c"); err != nil || !strings.Contains(out, "cancelled") {
+		t.Fatalf("timer rm: %v\n%s", err, out)
+	}
+	if out, err := cli("get", "jobs", "a b/c"); err == nil || !strings.Contains(out, "404") {
+		t.Fatalf("timer get after rm: %v\n%s", err, out)
+	}
 	if code, body = apiCall(t, "POST", addr, "/v1/timers/orders", token, []timerBody{{ID: "c", After: "1h"}, {ID: "", After: "1h"}}); code != 400 || !strings.Contains(body, "timer 1") {
 		t.Fatalf("a batch with a bad reset: %d %s", code, body)
 	}
