@@ -36,7 +36,7 @@ func (h *fire) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 	for j, e := range b.Due {
 		members[j] = e.ID
 	}
-	payloads, err := s.store.TimerPayloads(ctx, b.Shard, members)
+	payloads, err := s.fires.TimerPayloads(ctx, b.Shard, members)
 	if err != nil {
 		return nil, nil, fmt.Errorf("timer: shard %d: %w", b.Shard, err)
 	}
@@ -84,7 +84,7 @@ func (h *fire) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 		if !b.Held() {
 			return nil, nil, fmt.Errorf("timer: shard %d: lease ran out before marking: %w", b.Shard, queue.ErrFenced)
 		}
-		if merr := s.store.MarkTimersFired(ctx, published); merr != nil {
+		if merr := s.fires.MarkTimersFired(ctx, published); merr != nil {
 			// Not removed: claimed and published again, which
 			// de-duplication drops, and marked then.
 			return handled, nil, fmt.Errorf("timer: shard %d: %w", b.Shard, merr)
@@ -102,7 +102,7 @@ func (h *fire) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 // drained: a timer is marked once its event is stored, before its copy is
 // removed.
 func (h *fire) Fired(ctx context.Context, ids []string) ([]int64, error) {
-	return h.svc.store.TimersFired(ctx, ids)
+	return h.svc.fires.TimersFired(ctx, ids)
 }
 
 // Revived needs nothing: a reset that landed after its timer was claimed
@@ -197,7 +197,7 @@ func (s *Service) moveLongTimers(ctx context.Context) error {
 			if i >= top.Prev {
 				continue
 			}
-			members, err := s.store.MovedTimers(ctx, i, top.Shards, moveMax)
+			members, err := s.fires.MovedTimers(ctx, i, top.Shards, moveMax)
 			for len(members) > 0 && err == nil {
 				chunk := members[:min(len(members), 1000)]
 				members = members[len(chunk):]

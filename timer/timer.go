@@ -43,6 +43,10 @@ type Options struct {
 	DrainCheck time.Duration // see queue.Options
 	Now        func() time.Time
 	Limits     Limits
+	// FireStore, if set, is the Redis connection the engine fires on
+	// (claims, payload reads, settles), apart from the one resets are
+	// written on, so that firing does not queue behind large writes.
+	FireStore *shard.Store
 }
 
 // Service is the generic timers of one process: resets from the API and
@@ -50,6 +54,7 @@ type Options struct {
 type Service struct {
 	opts   Options
 	store  *shard.Store
+	fires  *shard.Store // the engine's connection (Options.FireStore or store)
 	topo   *shard.Watcher
 	pub    *dispatch.Publisher
 	writer *shard.Writer
@@ -83,7 +88,8 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Pu
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{opts: opts, store: store, topo: topo, pub: pub, wm: store.Sub("timer"), m: m, log: log}
+	fires := cmp.Or(opts.FireStore, store)
+	s := &Service{opts: opts, store: store, fires: fires, topo: topo, pub: pub, wm: fires.Sub("timer"), m: m, log: log}
 	name := "timers-" + cmp.Or(opts.Replica, fmt.Sprintf("%p", s))
 	s.writer = shard.NewWriter(store, name, topo.Current, topo.Refresh)
 	if opts.Fire {
@@ -91,7 +97,7 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Pu
 		s.eng, err = queue.New(queue.Options{
 			Replica: opts.Replica, Family: shard.Timers, Name: family, LeaseTTL: opts.LeaseTTL,
 			Poll: opts.Poll, Batch: opts.Batch, DrainCheck: opts.DrainCheck, Now: opts.Now, Watermark: s.wm, Fencer: h,
-		}, store.Leases("timers"), topo, h, reg, log)
+		}, fires.Leases("timers"), topo, h, reg, log)
 		if err != nil {
 			return nil, err
 		}

@@ -331,16 +331,13 @@ func (a *App) startTimers() error {
 	if cfg.Timers.NATS && !js {
 		a.log.Warn("NATS core mode: timer resets over NATS are off (they need JetStream); the timer API works")
 	}
-	store := a.store
-	if a.scanStore != nil {
-		store = a.scanStore
-	}
 	var err error
 	a.timerSvc, err = timer.New(timer.Options{
 		Replica: replicaID(), Fire: cfg.hasRole("scanner"), NATS: cfg.Timers.NATS && js, Consume: cfg.hasRole("ingest"),
 		Fetch: cfg.Timers.Fetch, AckWait: cfg.Timers.AckWait,
 		LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll, Batch: cfg.Scanner.Batch, Now: a.clock.Now,
-		Limits: timer.Limits{MaxPayload: cfg.Timers.MaxPayload, MaxIDLen: cfg.Ingest.MaxIDLen},
-	}, store, a.topo, a.pub, a.reg, a.log.With("role", "timers"))
+		Limits:    timer.Limits{MaxPayload: cfg.Timers.MaxPayload, MaxIDLen: cfg.Ingest.MaxIDLen},
+		FireStore: a.scanStore,
+	}, a.store, a.topo, a.pub, a.reg, a.log.With("role", "timers"))
 	return err
 }
