@@ -109,24 +109,38 @@ func (h *fire) Fired(ctx context.Context, ids []string) ([]int64, error) {
 // due starts the timer anew, and it fires again at its new deadline.
 func (*fire) Revived(context.Context, shard.Entry, shard.Entry) error { return nil }
 
-// watermarkEvery is how often the timers' watermark is advanced.
-const watermarkEvery = 10 * time.Millisecond
+// watermarkEvery is how often the owner of shard 0 advances the timers'
+// watermark, watermarkIdle how often the other replicas do.
+const (
+	watermarkEvery = 10 * time.Millisecond
+	watermarkIdle  = 500 * time.Millisecond
+)
 
 // ClockMargin is how far the NATS server's clock may be ahead of
 // sigwatch's: while resets wait in the stream, timers fire only up to the
 // oldest one's publication less this margin.
 const ClockMargin = 250 * time.Millisecond
 
-// advanceWatermark moves the timers' watermark forward every
-// watermarkEvery: to now when no reset waits in the stream (or the NATS
-// path is off), else to just before the oldest waiting reset was
-// published. Timers fire only up to it, so a reset published before a
-// deadline is stored before the timer can fire. While the stream cannot
-// be read, the watermark stands still and timers wait.
+// advanceWatermark moves the timers' watermark forward: to now when no
+// reset waits in the stream (or the NATS path is off), else to just before
+// the oldest waiting reset was published. Timers fire only up to it, so a
+// reset published before a deadline is stored before the timer can fire.
+// While the stream cannot be read, the watermark stands still and timers
+// wait. The owner of the timers of shard 0 does it every watermarkEvery
+// for all replicas; the others every watermarkIdle, which bounds how late
+// timers fire while shard 0 changes hands.
 func (s *Service) advanceWatermark(ctx context.Context) error {
 	t := time.NewTicker(watermarkEvery)
 	defer t.Stop()
-	for {
+	for tick := 0; ; tick++ {
+		if owned := s.eng.Owned(); (len(owned) == 0 || owned[0] != 0) && tick%int(watermarkIdle/watermarkEvery) != 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+				continue
+			}
+		}
 		now := s.opts.Now()
 		wm := now
 		ok := true
