@@ -1,0 +1,19 @@
+// Package timer is sigwatch's generic resettable timers: keyed timers of
+// named queues, with an optional payload, reset many times and fired once
+// as an event on sigwatch.timer.<queue>. They run on the engine of package
+// shard/queue as the family shard.Timers, in the deadlines' shards, with
+// leases of their own.
+//
+// What lives where:
+//
+//   - request.go: a reset as the API and the NATS path take it, and its
+//     checks (queue names, ids, after/at, mode, payload).
+//   - timer.go: Options, Service (New, Run, Reset, Get, Cancel).
+//   - fire.go: the family's queue.Handler (one event per due timer, under
+//     the shard's fence; fired marks for the crossing rule), the timers'
+//     watermark, and the carrying of moved timers while a doubling drains.
+//   - nats.go: the consumer of the work-queue stream of resets, which
+//     acknowledges a message once its resets are stored.
+//   - http.go: PUT/GET/DELETE /v1/timers/{queue}/{id}, POST /v1/timers/{queue}.
+//   - config.go, metrics.go: the timers section and sigwatch_timers_*.
+package timer
