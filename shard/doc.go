@@ -15,6 +15,9 @@
 //	upsert.go      Upsert, UpsertAt: pushing deadlines forward; Admit
 //	               decides which absent ids may be added
 //	timers.go      Arm, Set, Score(s), Remove, Size, Head
+//	queues.go      the generic timers of named queues (family Timers):
+//	               resets with payloads, Get, Cancel, moving timers across a
+//	               doubling, fired marks for the crossing rule
 //	claim.go       Claim, Settle (compare-and-remove, compare-and-move)
 //	lease.go       leases (Acquire, Renew, Release, Owner) and scanner
 //	               membership (Heartbeat, Leave)
