@@ -97,12 +97,13 @@ func listed(id string, st State, mutes []Mute, now int64) (Listed, bool) {
 		l.Scope, l.Group = scopeName(sc)
 	}
 	switch {
+	case st.Phase == Active && st.AckedUntil > 0:
+		// Acked wins over held, as in the device's view.
+		l.State, l.AckedUntil = ListAcked, st.AckedUntil
 	case st.Phase == Active && st.Held:
 		l.State = ListHeld
 	case st.Phase == Damped:
 		l.State = ListFlapping
-	case st.Phase == Active && st.AckedUntil > 0:
-		l.State, l.AckedUntil = ListAcked, st.AckedUntil
 	case st.Phase == Active:
 		l.State, l.NextRepeat = ListActive, st.Next
 	default:

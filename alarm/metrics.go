@@ -135,10 +135,10 @@ func (a *Alarms) count(ctx context.Context) (counts, error) {
 		switch {
 		case st.Phase == Damped:
 			out.flapping++
-		case st.Phase == Active && st.Held:
-			out.held++
 		case st.Phase == Active && st.AckedUntil > 0:
 			out.acked++
+		case st.Phase == Active && st.Held:
+			out.held++
 		case st.Phase == Active:
 			out.raised++
 		}

@@ -429,7 +429,8 @@ func (st State) wake(now int64, retry time.Duration) int64 {
 	switch st.Phase {
 	case Active:
 		w = st.Next
-		if st.AckedUntil > 0 {
+		// A held alarm wakes at the end of its hold even when acked.
+		if st.AckedUntil > 0 && !st.Held {
 			w = st.AckedUntil
 		}
 	case Damped:

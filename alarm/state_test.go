@@ -161,6 +161,22 @@ func TestMachineHold(t *testing.T) {
 		t.Fatalf("a hold after the storm: %v, want raised", got)
 	}
 
+	// Acked while held: the hold still ends on time, in silence, and the
+	// alarm stays acked until the ack ends.
+	var s4 State
+	hold(1000, func(m machine, st *State) { m.lost(st, 1000, "t", 0) })(&s4)
+	hold(1100, func(m machine, st *State) { m.ack(st, 60_000) })(&s4)
+	if w := s4.wake(1100, time.Second); w != 1500 {
+		t.Fatalf("acked while held: wakes at %d, want the end of the hold (1500)", w)
+	}
+	if l, _ := listed("d", s4, nil, 1100); l.State != ListAcked {
+		t.Fatalf("acked while held: listed %q, want %q as the device's view says", l.State, ListAcked)
+	}
+	hold(1500, func(m machine, st *State) { m.wake(st, 0, calm) })(&s4)
+	if len(s4.Pending) != 0 || s4.Held || s4.AckedUntil != 60_000 || s4.wake(1500, time.Second) != 60_000 {
+		t.Fatalf("acked, after the hold: %v %+v, want unheld in silence, acked until 60000", notes(&s4), s4)
+	}
+
 	// Back while held: resolved in silence, and a late lost event for the
 	// same loss raises nothing.
 	var s3 State
