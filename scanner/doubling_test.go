@@ -648,3 +648,72 @@ func TestCrossingBeforeTopologyIsSeen(t *testing.T) {
 		t.Errorf("%s fired at %d although its deadline is %d: an early fire", id, got[0].Deadline, later)
 	}
 }
+
+// TestOwnerDeadBetweenMarkAndPublishDuringDoubling proves invariant 2
+// across the crossing rule: the owner of the shard a moved device fires
+// from marks it lost and dies before it publishes. Its own mark must not
+// read as a fire from the partner shard: the next owner claims the copy
+// again and publishes the one lost event. The copy that fires is the old
+// shard's when it is alone, the new shard's when both hold the deadline.
+func TestOwnerDeadBetweenMarkAndPublishDuringDoubling(t *testing.T) {
+	for _, both := range []bool{false, true} {
+		name := map[bool]string{false: "old copy alone", true: "equal copies"}[both]
+		t.Run(name, func(t *testing.T) { ownerDeadBetweenMarkAndPublish(t, both) })
+	}
+}
+
+func ownerDeadBetweenMarkAndPublish(t *testing.T, both bool) {
+	h := newHarness(t, 1)
+	h.advanceWatermark()
+	id := movedIDs("m", 1)[0]
+	due := time.Now().Add(-100 * time.Millisecond).UnixMilli()
+	h.add(shard.Entry{ID: id, Deadline: due})
+	if _, err := h.store.Double(h.ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.topo.Refresh(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if both {
+		if _, err := h.store.Upsert(h.ctx, shard.Deadlines, map[int][]shard.Entry{1: {{ID: id, Deadline: due}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// a marks the device, then loses Redis for good before it publishes.
+	a, proxy := h.scannerBehindProxy("a")
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	a.h.beforePublish = func(int) {
+		once.Do(func() {
+			close(held)
+			<-release
+		})
+	}
+	stopA := h.run(a)
+	letGo := sync.OnceFunc(func() {
+		proxy.Release()
+		close(release)
+	})
+	t.Cleanup(letGo) // before stopA, should the test fail meanwhile
+	<-held
+	proxy.Hold()
+	if marks, _ := h.store.LostMarks(h.ctx, []string{id}); marks[0] != due {
+		t.Fatalf("lost mark %d before the publish, want %d", marks[0], due)
+	}
+
+	b, _ := h.scanner("b", nil)
+	stopB := h.run(b)
+	h.lost.Wait(t, 10*time.Second, "the lost event from the next owner", of(id))
+	testenv.WaitFor(t, 5*time.Second, "the fired copy settled", func() bool {
+		_, old, _ := h.store.Score(h.ctx, shard.Deadlines, 0, id)
+		_, nw, _ := h.store.Score(h.ctx, shard.Deadlines, 1, id)
+		return !old && !nw
+	})
+	letGo()
+	stopA()
+	stopB()
+	if got := h.streamLost(); got[dispatch.LostID(id, due)] != 1 || sum(got) != 1 {
+		t.Errorf("stream holds %v, want one lost event for %s at %d", got, id, due)
+	}
+}

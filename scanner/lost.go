@@ -208,8 +208,14 @@ func deferral(deadline int64, threshold time.Duration, outages []shard.Outage) (
 	return to, to > 0
 }
 
-// Fired returns, for each id, the deadline its registry's lost mark holds
-// (0 if none): a device is marked lost before its entry is removed.
+// Fired returns, for each id, the latest deadline the device surely fired
+// at: just below its lost mark (0 if none). A device is marked lost before
+// its entry is removed, so a mark stands for every fire that settled; but
+// it is also written before the event is published, so at its own deadline
+// it may be the mark of an owner that died before publishing. A copy due at
+// that deadline fires again: its event has the same id, which JetStream
+// and the earlier-owner check make one event, while taking the mark for a
+// fire would lose the event for good.
 func (h *lost) Fired(ctx context.Context, ids []string) ([]int64, error) {
 	devs, err := h.store.Devices(ctx, ids)
 	if err != nil {
@@ -217,7 +223,9 @@ func (h *lost) Fired(ctx context.Context, ids []string) ([]int64, error) {
 	}
 	out := make([]int64, len(ids))
 	for j, d := range devs {
-		out[j] = d.LostDeadline
+		if d.LostDeadline != 0 {
+			out[j] = d.LostDeadline - 1
+		}
 	}
 	return out, nil
 }
