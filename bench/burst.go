@@ -46,7 +46,8 @@ func (r *runner) burst(ctx context.Context) error {
 		mode rawMode
 		name string
 	}{{rawFenced, "raw publish with a shard's fence headers on each message (diagnostic)"},
-		{rawAtomic, "raw atomic batch publish, 1,000 per batch, fence on the first (diagnostic)"}} {
+		{rawAtomic, "raw atomic batch publish, 1,000 per batch, fence on the first (diagnostic)"},
+		{rawFast, "raw fast batch publish, 1,000 per batch, fence on each message (diagnostic)"}} {
 		d, err := r.burstRaw(ctx, n, body, v.mode)
 		if err != nil {
 			return fmt.Errorf("raw jetstream, %s: %w", v.mode, err)
@@ -156,6 +157,7 @@ const (
 	rawPlain  rawMode = "Nats-Msg-Id"
 	rawFenced rawMode = "Nats-Msg-Id and fence headers"
 	rawAtomic rawMode = "atomic batches"
+	rawFast   rawMode = "fast batches"
 )
 
 // atomicBatch is the size of the atomic batches (the server's default
@@ -177,7 +179,8 @@ func (r *runner) burstRaw(ctx context.Context, n int, body []byte, mode rawMode)
 		return 0, err
 	}
 	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"benchraw.>"},
-		Storage: jetstream.FileStorage, Replicas: 1, Duplicates: 2 * time.Minute, AllowAtomicPublish: mode == rawAtomic})
+		Storage: jetstream.FileStorage, Replicas: 1, Duplicates: 2 * time.Minute, AllowAtomicPublish: mode == rawAtomic,
+		AllowBatchPublish: mode == rawFast})
 	if err != nil {
 		return 0, err
 	}
@@ -189,6 +192,9 @@ func (r *runner) burstRaw(ctx context.Context, n int, body []byte, mode rawMode)
 	fenceSeq := strconv.FormatUint(fence.Sequence, 10)
 	r.p.Printf("burst", "raw (%s): publishing %d messages of %d bytes", mode, n, len(body))
 	subject := "benchraw.lost." + dispatch.SanitizeType("")
+	if mode == rawFast {
+		return r.burstRawFast(ctx, stream, n, body, subject, fenceSeq)
+	}
 	start := time.Now()
 	var commits []chan *nats.Msg
 	for j := range n {
@@ -254,5 +260,94 @@ func (r *runner) burstRaw(ctx context.Context, n int, body []byte, mode rawMode)
 		return 0, fmt.Errorf("stream holds %d messages, want %d", info.State.Msgs, n+1)
 	}
 	r.p.Printf("burst", "raw (%s): %d messages acked in %s (%.0f/s)", mode, n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds())
+	return elapsed, nil
+}
+
+// burstRawFast is burstRaw in the fast batches of nats-server 2.14+: one
+// batch per atomicBatch messages, each message with its Nats-Msg-Id and the
+// fence, a gap ends the batch, and the server acknowledges every flow
+// messages instead of each one. Up to fastInflight batches are in flight.
+func (r *runner) burstRawFast(ctx context.Context, stream jetstream.Stream, n int, body []byte, subject, fenceSeq string) (time.Duration, error) {
+	const flow, fastInflight = 100, 8
+	prefix := nats.NewInbox()
+	type reply struct {
+		Type  string `json:"type"`
+		Count int    `json:"count"`
+		Error *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	done := make(chan reply, n/atomicBatch+1)
+	sub, err := r.e.nc.Subscribe(prefix+".>", func(m *nats.Msg) {
+		var rp reply
+		if json.Unmarshal(m.Data, &rp) != nil {
+			rp.Type = "err"
+		}
+		// Flow acks and gaps have a type; the batch's end is a PubAck.
+		if rp.Type == "" || rp.Type == "err" {
+			done <- rp
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer sub.Unsubscribe()
+	start := time.Now()
+	batches, ended := 0, 0
+	wait := func() error {
+		select {
+		case rp := <-done:
+			ended++
+			if rp.Error != nil {
+				return fmt.Errorf("fast batch refused: %s", rp.Error.Description)
+			}
+			return nil
+		case <-time.After(2 * time.Minute):
+			return fmt.Errorf("a fast batch commit still unacknowledged after 2 minutes")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for j := range n {
+		seq, last := j%atomicBatch+1, j%atomicBatch == atomicBatch-1 || j == n-1
+		if seq == 1 {
+			batches++
+			if batches-ended > fastInflight {
+				if err := wait(); err != nil {
+					return 0, err
+				}
+			}
+		}
+		op := 1 // append
+		switch {
+		case last:
+			op = 2 // store and commit
+		case seq == 1:
+			op = 0 // start
+		}
+		m := nats.NewMsg(subject)
+		m.Data = body
+		m.Reply = fmt.Sprintf("%s.b%d.%d.fail.%d.%d.$FI", prefix, j/atomicBatch, flow, seq, op)
+		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s@%d", deviceID(j), start.UnixMilli()))
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, fenceSeq)
+		m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, "benchraw.fence.deadlines.0")
+		if err := r.e.nc.PublishMsg(m); err != nil {
+			return 0, err
+		}
+	}
+	for ended < batches {
+		if err := wait(); err != nil {
+			return 0, err
+		}
+	}
+	elapsed := time.Since(start)
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if info.State.Msgs != uint64(n)+1 {
+		return 0, fmt.Errorf("stream holds %d messages, want %d", info.State.Msgs, n+1)
+	}
+	r.p.Printf("burst", "raw (%s): %d messages acked in %s (%.0f/s)", rawFast, n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds())
 	return elapsed, nil
 }
