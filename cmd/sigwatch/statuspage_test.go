@@ -288,6 +288,23 @@ func TestStatusPageInChromium(t *testing.T) {
 			b.shot(t, shots, "failed")
 		}
 	})
+	// The generic timers show beside the fleet: a counter, and per shard in
+	// the shard's tooltip.
+	for _, id := range []string{"a", "b", "c"} {
+		if code, body := apiCall(t, "PUT", app.HTTPAddr(), "/v1/timers/orders/"+id, tok, map[string]any{"after": "1h"}); code != http.StatusOK {
+			t.Fatalf("PUT timer %s: %d %s", id, code, body)
+		}
+	}
+	testenv.WaitFor(t, 10*time.Second, "the timers counter at 3", func() bool {
+		var v string
+		b.eval(t, `([...document.querySelectorAll('#counters .counter')].find(c => c.firstChild.textContent === 'timers') || {lastChild: {textContent: ''}}).lastChild.textContent`, &v)
+		return v == "3"
+	})
+	var tips string
+	b.eval(t, `[...document.querySelectorAll('#shards .shard')].map(c => c.title).join('\n')`, &tips)
+	if !strings.Contains(tips, " timers, fired by ") || strings.Contains(tips, "fired by none") {
+		t.Errorf("shard tooltips %q, want each to say its timers and who fires them", tips)
+	}
 	var stored string
 	b.eval(t, `sessionStorage.getItem('sigwatch.token')`, &stored)
 	if stored != tok {

@@ -412,6 +412,13 @@ function renderCounters(s, sh) {
     dl.lastChild.title = procs.map((p) => p.name + ' (' + (p.roles || []).join(', ') + ')').join('\n');
   }
   if (sh) counter(dl, 'shards', num(sh.shards) + (sh.prev ? ' (doubling from ' + sh.prev + ')' : ''));
+  if (sh && timersOn(sh)) counter(dl, 'timers', num(sh.timers));
+}
+
+// timersOn says whether this sigwatch serves generic timers: some are
+// stored, or a replica fires them.
+function timersOn(sh) {
+  return sh.timers > 0 || (sh.list || []).some((s) => s.timers_owner);
 }
 
 // outageText says whether ingest is in an outage now (its watermark stalled),
@@ -524,6 +531,7 @@ function renderShards(sh) {
     bar.style.width = Math.round((100 * (s.size || 0)) / maxSize) + '%';
     c.append(bar);
     c.title = `shard ${s.shard}\n${num(s.size)} devices\nhead lag ${ms(s.head_lag_ms)}\nowner ${owner || 'none'}`;
+    if (timersOn(sh)) c.title += `\n${num(s.timers)} timers, fired by ${s.timers_owner || 'none'}`;
     return c;
   }));
   owners.replaceChildren(...[...byOwner.entries()].sort().map(([o, n]) => {
@@ -535,7 +543,7 @@ function renderShards(sh) {
   }));
   const lagging = list.filter((s) => s.head_lag_ms > 2000).length;
   $('shards-summary').textContent = `(${num(sh.shards)} shards, epoch ${num(sh.epoch)}, ${num(sh.devices)} devices` +
-    (lagging ? `, ${lagging} with head lag > 2 s` : '') + ')';
+    (sh.timers > 0 ? `, ${num(sh.timers)} timers` : '') + (lagging ? `, ${lagging} with head lag > 2 s` : '') + ')';
   const dr = sh.drain || {};
   $('drain').textContent = dr.draining
     ? `Doubling ${dr.from} → ${dr.to} since ${ago(dr.since)}: ${num(dr.moved_left)} moved devices left, ${dr.shards_drained} of ${dr.from} old shards drained, ${dr.shards_unchecked} not checked yet.`
