@@ -19,15 +19,7 @@ import (
 func TestResetInNewShardAnnouncesRecovery(t *testing.T) {
 	h := newHarness(t, 1)
 	h.advanceWatermark()
-	id := movedIDs("r", 1)[0]
-	due := time.Now().Add(-100 * time.Millisecond).UnixMilli()
-	h.add(shard.Entry{ID: id, Deadline: due})
-	if _, err := h.store.Double(h.ctx, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.topo.Refresh(h.ctx); err != nil {
-		t.Fatal(err)
-	}
+	id, due := h.movedDue("r")
 	reset := time.Now().Add(time.Hour).UnixMilli()
 	s, _ := h.scanner("a", nil)
 	var resets atomic.Int32

@@ -523,6 +523,23 @@ func oneOwnerEach(h *harness, n int, live []string, scanners map[string]*Scanner
 	return true
 }
 
+// movedDue puts a device that moves from shard 0 of 1 to shard 1 of 2, due
+// 100ms ago, into shard 0, then doubles to two shards: its copy waits in its
+// old shard. It returns the id and the deadline.
+func (h *harness) movedDue(prefix string) (string, int64) {
+	h.t.Helper()
+	id := movedIDs(prefix, 1)[0]
+	due := time.Now().Add(-100 * time.Millisecond).UnixMilli()
+	h.add(shard.Entry{ID: id, Deadline: due})
+	if _, err := h.store.Double(h.ctx, time.Now()); err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := h.topo.Refresh(h.ctx); err != nil {
+		h.t.Fatal(err)
+	}
+	return id, due
+}
+
 // movedIDs returns n device ids that move from shard 0 of 1 to shard 1 of
 // 2, with prefix.
 func movedIDs(prefix string, n int) []string {
@@ -665,15 +682,7 @@ func TestOwnerDeadBetweenMarkAndPublishDuringDoubling(t *testing.T) {
 func ownerDeadBetweenMarkAndPublish(t *testing.T, both bool) {
 	h := newHarness(t, 1)
 	h.advanceWatermark()
-	id := movedIDs("m", 1)[0]
-	due := time.Now().Add(-100 * time.Millisecond).UnixMilli()
-	h.add(shard.Entry{ID: id, Deadline: due})
-	if _, err := h.store.Double(h.ctx, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.topo.Refresh(h.ctx); err != nil {
-		t.Fatal(err)
-	}
+	id, due := h.movedDue("m")
 	if both {
 		if _, err := h.store.Upsert(h.ctx, shard.Deadlines, map[int][]shard.Entry{1: {{ID: id, Deadline: due}}}); err != nil {
 			t.Fatal(err)
@@ -682,14 +691,7 @@ func ownerDeadBetweenMarkAndPublish(t *testing.T, both bool) {
 
 	// a marks the device, then loses Redis for good before it publishes.
 	a, proxy := h.scannerBehindProxy("a")
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	a.h.beforePublish = func(int) {
-		once.Do(func() {
-			close(held)
-			<-release
-		})
-	}
+	held, release := holdFirstPublish(a)
 	stopA := h.run(a)
 	letGo := sync.OnceFunc(func() {
 		proxy.Release()

@@ -59,14 +59,7 @@ func TestStaleOwnerPublishesNothingAfterLosingItsLease(t *testing.T) {
 	// a reaches Redis through a proxy that the test holds: a Redis outage
 	// seen by a alone, as a pause or a network partition would be.
 	a, proxy := h.scannerBehindProxy("a")
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	a.h.beforePublish = func(int) {
-		once.Do(func() {
-			close(held)
-			<-release
-		})
-	}
+	held, release := holdFirstPublish(a)
 
 	const n = 20
 	now := time.Now().UnixMilli()
@@ -189,6 +182,21 @@ func TestRepublishAfterLongOutageStoresNoSecondEvent(t *testing.T) {
 		}
 	}
 	t.Logf("%d deadlines: %d lost messages stored, %d ids stored twice", n, sum(ids), twice)
+}
+
+// holdFirstPublish makes s stop before its first publish, after it has
+// claimed and marked the batch: held is closed then, and s goes on once
+// release is closed.
+func holdFirstPublish(s *Scanner) (held <-chan struct{}, release chan struct{}) {
+	h, r := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s.h.beforePublish = func(int) {
+		once.Do(func() {
+			close(h)
+			<-r
+		})
+	}
+	return h, r
 }
 
 // scannerBehindProxy returns a scanner that reaches Redis through a proxy
