@@ -136,7 +136,9 @@ func (in *Ingest) Run(ctx context.Context) error {
 	handedOver := in.opts.SharedGroup == ""
 	if len(in.opts.Brokers) > 0 && !handedOver && err == nil {
 		if ms, ok := in.src.handOver(in.drain); ok {
-			handedOver = in.wm.passed(ms, in.drain)
+			if handedOver = in.wm.passed(ms, in.drain); !handedOver {
+				in.log.Warn("signals routed here before the last probe were not stored in time", "wait", in.drain)
+			}
 		}
 		if !handedOver {
 			in.log.Warn("could not hand over before stopping; the group waits for the member timeout and records the gap")

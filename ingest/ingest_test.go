@@ -1,14 +1,15 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,14 +33,43 @@ type rig struct {
 	thr   *shard.Thresholds
 	nc    *nats.Conn
 	pub   *dispatch.Publisher
-	log   *slog.Logger // for start; nil: testLog()
+	log   *slog.Logger // for start; nil: testLog(t)
+	// drain is how long a stopping Run waits for work in flight; zero:
+	// 500ms.
+	drain time.Duration
 }
 
-func testLog() *slog.Logger {
+// testLog is the log of ingest under test: on stderr with -v, else kept
+// and printed only if the test fails.
+func testLog(t *testing.T) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	buf := &logBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("ingest log:\n%s", buf.String())
+		}
+	})
+	return slog.New(slog.NewTextHandler(buf, nil))
+}
+
+// logBuffer is a log sink safe for ingest's goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func newRig(t *testing.T, opts testenv.Options) *rig {
@@ -82,13 +112,13 @@ func (r *rig) start(t *testing.T, opts Options) *running {
 	reg := prometheus.NewRegistry()
 	log := r.log
 	if log == nil {
-		log = testLog()
+		log = testLog(t)
 	}
 	in, err := New(opts, r.store, r.topo, r.pub, reg, log)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	in.drain = 500 * time.Millisecond
+	in.drain = cmp.Or(r.drain, 500*time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	run := &running{Ingest: in, reg: reg, cancel: cancel, done: make(chan error, 1)}
 	go func() { run.done <- in.Run(ctx) }()
@@ -637,7 +667,7 @@ func TestRunStopsWhileBrokerUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := testenv.IgnoreCurrent()
-	in, err := New(Options{Brokers: []string{url}, ClientID: "unreachable", Thresholds: r.thr}, r.store, r.topo, r.pub, nil, testLog())
+	in, err := New(Options{Brokers: []string{url}, ClientID: "unreachable", Thresholds: r.thr}, r.store, r.topo, r.pub, nil, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -672,6 +702,7 @@ func TestRunStopsWhileBrokerUnreachable(t *testing.T) {
 // group no longer waits for it.
 func TestSharedGroup(t *testing.T) {
 	r := newRig(t, testenv.Options{Mosquitto: true})
+	r.drain = drainTimeout // b must hand over, however loaded the machine
 	ctx := context.Background()
 	a := r.start(t, Options{ClientID: "member-a", SharedGroup: "g"})
 	b := r.start(t, Options{ClientID: "member-b", SharedGroup: "g"})

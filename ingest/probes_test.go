@@ -78,7 +78,7 @@ func TestUnorderedBrokerRefused(t *testing.T) {
 func refused(t *testing.T, r *rig, opts Options, want string) {
 	t.Helper()
 	opts.Thresholds = r.thr
-	in, err := New(opts, r.store, r.topo, r.pub, prometheus.NewRegistry(), testLog())
+	in, err := New(opts, r.store, r.topo, r.pub, prometheus.NewRegistry(), testLog(t))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -71,7 +71,7 @@ func TestSignalsStampedInOrderWithBarriers(t *testing.T) {
 	var tick atomic.Int64
 	base := time.Now()
 	now := func() time.Time { return base.Add(time.Duration(tick.Add(1)) * time.Millisecond) }
-	in, err := New(Options{Thresholds: r.thr, Now: now, MaxSkew: time.Hour}, r.store, r.topo, nil, nil, testLog())
+	in, err := New(Options{Thresholds: r.thr, Now: now, MaxSkew: time.Hour}, r.store, r.topo, nil, nil, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}
