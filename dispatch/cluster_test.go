@@ -185,7 +185,8 @@ func TestPublishAcrossLeaderKill(t *testing.T) {
 }
 
 // storedIDs counts the messages of the SIGWATCH stream on filter under each Nats-Msg-Id, read
-// from a live node.
+// from a live node. Right after a node was killed the cluster may take a while to serve a new
+// consumer, so a read that fails is tried again, for up to a minute.
 func storedIDs(t *testing.T, c *servers.NATSCluster, filter string) map[string]int {
 	t.Helper()
 	nc, err := nats.Connect(c.URL())
@@ -197,25 +198,40 @@ func storedIDs(t *testing.T, c *servers.NATSCluster, filter string) map[string]i
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	for deadline := time.Now().Add(time.Minute); ; {
+		ids, err := readIDs(js, filter)
+		if err == nil {
+			return ids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reading the stream: %v", err)
+		}
+		t.Logf("reading the stream: %v; trying again", err)
+		time.Sleep(time.Second)
+	}
+}
+
+// readIDs is one attempt of storedIDs.
+func readIDs(js jetstream.JetStream, filter string) (map[string]int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := js.Stream(ctx, "SIGWATCH")
 	if err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("stream info: %w", err)
 	}
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, HeadersOnly: true})
 	if err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("ordered consumer: %w", err)
 	}
 	info, err := cons.Info(ctx)
 	if err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("consumer info: %w", err)
 	}
 	ids := map[string]int{}
 	for left := info.NumPending; left > 0; {
 		batch, err := cons.Fetch(int(min(left, 1000)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			t.Fatal(err)
+			return nil, fmt.Errorf("fetch: %w", err)
 		}
 		n := 0
 		for m := range batch.Messages() {
@@ -223,9 +239,9 @@ func storedIDs(t *testing.T, c *servers.NATSCluster, filter string) map[string]i
 			n++
 		}
 		if n == 0 {
-			t.Fatalf("stream read stalled with %d messages left: %v", left, batch.Error())
+			return nil, fmt.Errorf("read stalled with %d messages left: %v", left, batch.Error())
 		}
 		left -= uint64(n)
 	}
-	return ids
+	return ids, nil
 }
