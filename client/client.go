@@ -185,7 +185,9 @@ func (c *Client) ResetBatch(ctx context.Context, queue string, rs []Reset) error
 }
 
 // Get returns timer id of queue, and false when there is none (never set,
-// fired or cancelled).
+// fired or cancelled). A timer that fired is removed once its event is
+// stored, so a subscriber handling that event may still find it for a
+// moment, with its deadline in the past.
 func (c *Client) Get(ctx context.Context, queue, id string) (Timer, bool, error) {
 	if err := CheckQueue(queue); err != nil {
 		return Timer{}, false, err

@@ -50,6 +50,11 @@ func Example() {
 		panic(err)
 	}
 	fmt.Println("order-1 cancelled:", cancelled)
+	_, armed, err := c.Get(ctx, "payments", "order-1")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("order-1 still armed:", armed)
 
 	ev := <-timedOut
 	var o order
@@ -57,8 +62,6 @@ func Example() {
 		panic(err)
 	}
 	fmt.Printf("%s timed out, customer %d, not early: %v\n", ev.Timer, o.Customer, ev.FiredAt >= ev.Deadline)
-	_, stillThere, _ := c.Get(ctx, "payments", "order-2")
-	fmt.Println("order-2 still armed:", stillThere)
 	select {
 	case ev := <-timedOut:
 		fmt.Println("unexpected:", ev.Timer)
@@ -67,6 +70,6 @@ func Example() {
 	// Output:
 	// order-2 pushed back: true
 	// order-1 cancelled: true
+	// order-1 still armed: false
 	// order-2 timed out, customer 8, not early: true
-	// order-2 still armed: false
 }
