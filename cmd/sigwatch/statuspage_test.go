@@ -331,6 +331,11 @@ func TestStatusPageInChromium(t *testing.T) {
 	if injected {
 		t.Error("markup in a device id became an element: the page put data into innerHTML")
 	}
+	// The other went silent at the same moment, but its deadline may fall
+	// after the next refresh of the page.
+	testenv.WaitFor(t, 10*time.Second, "the other silenced device in the lost table", func() bool {
+		return b.hasRow(t, "lost", other)
+	})
 	var lostRows int
 	b.eval(t, `document.querySelectorAll('#lost tbody tr').length`, &lostRows)
 	if lostRows != 2 {

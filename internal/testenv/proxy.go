@@ -10,7 +10,7 @@ import (
 // Proxy is a TCP forwarder in front of a server. Hold stops forwarding in
 // both directions while connections stay open, as a network stall or a
 // frozen peer does: a client's writes wait in the proxy and reach the
-// server only at Release, whatever happened meanwhile.
+// server only at Release, in order, whatever happened meanwhile.
 type Proxy struct {
 	Addr string // where clients connect
 
@@ -89,29 +89,55 @@ func (p *Proxy) accept() {
 	}
 }
 
-// pipe copies src to dst, waiting while the proxy is held; it closes both
-// when either side ends.
+// pipe copies src to dst. While the proxy is held it goes on reading src
+// and keeps what it read until Release, so that HeldContains sees all a
+// client wrote, not only its first write. It closes both when either side
+// ends; what is still kept then is dropped, as a cut connection drops it.
 func (p *Proxy) pipe(dst, src net.Conn, fromClient bool) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
+	var (
+		queue [][]byte // read, not yet written; guarded by p.mu
+		ended bool     // src ended; guarded by p.mu
+	)
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		defer src.Close()
+		defer dst.Close()
+		for {
 			p.mu.Lock()
+			for !ended && (p.held || len(queue) == 0) {
+				p.cond.Wait()
+			}
+			out := queue
+			queue = nil
+			if p.held || (ended && len(out) == 0) {
+				p.mu.Unlock()
+				return
+			}
+			p.mu.Unlock()
+			for _, b := range out {
+				if _, err := dst.Write(b); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	for {
+		buf := make([]byte, 32<<10)
+		n, err := src.Read(buf)
+		p.mu.Lock()
+		if n > 0 {
 			if p.held && fromClient {
 				p.seen = append(p.seen, buf[:n]...)
 			}
-			for p.held {
-				p.cond.Wait()
-			}
-			p.mu.Unlock()
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
+			queue = append(queue, buf[:n])
 		}
+		ended = err != nil
+		p.cond.Broadcast()
+		p.mu.Unlock()
 		if err != nil {
-			return
+			break
 		}
 	}
+	<-written
 }
