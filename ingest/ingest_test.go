@@ -9,7 +9,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -45,31 +44,13 @@ func testLog(t *testing.T) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	buf := &logBuffer{}
+	buf := &testenv.LogBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("ingest log:\n%s", buf.String())
 		}
 	})
 	return slog.New(slog.NewTextHandler(buf, nil))
-}
-
-// logBuffer is a log sink safe for ingest's goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func newRig(t *testing.T, opts testenv.Options) *rig {

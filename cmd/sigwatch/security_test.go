@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -57,29 +55,11 @@ func secureConfig(t *testing.T, env *testenv.Env) Config {
 	return cfg
 }
 
-// syncBuffer is a log sink safe for the app's goroutines and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startSecureApp is startApp for a Config built by secureEnv.config; the app's log goes to the
 // returned buffer, which is written to the test log on failure.
-func startSecureApp(t *testing.T, cfg Config) (*App, *syncBuffer) {
+func startSecureApp(t *testing.T, cfg Config) (*App, *testenv.LogBuffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	before := testenv.IgnoreCurrent()
 	app, err := Start(context.Background(), cfg, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
