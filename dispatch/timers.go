@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -85,7 +86,7 @@ func (p *Publisher) TimerResets(ctx context.Context, ackWait time.Duration, maxA
 	if p.opts.Storage == "memory" {
 		storage = jetstream.MemoryStorage
 	}
-	s, err := p.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	want := jetstream.StreamConfig{
 		Name:        p.TimerStream(),
 		Description: "sigwatch timer resets not yet stored",
 		Subjects:    []string{p.subjects.AllTimerSet()},
@@ -95,7 +96,17 @@ func (p *Publisher) TimerResets(ctx context.Context, ackWait time.Duration, maxA
 		Discard:     jetstream.DiscardNew,
 		MaxBytes:    -1,
 		MaxMsgs:     -1,
-	})
+	}
+	s, err := p.js.Stream(ctx, want.Name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		s, err = p.js.CreateOrUpdateStream(ctx, want)
+	case err == nil && !sameTimerStream(s.CachedInfo().Config, want):
+		// Updated only when it differs: every replica starts here, and
+		// nats-server's stream update races with another replica's
+		// consumer creation on the same stream (seen under -race).
+		s, err = p.js.UpdateStream(ctx, want)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: timer reset stream %s: %w", p.TimerStream(), err)
 	}
@@ -128,4 +139,12 @@ func (p *Publisher) TimerBacklog(ctx context.Context) (n uint64, oldest time.Tim
 	}
 	st := s.CachedInfo().State
 	return st.Msgs, st.FirstTime, nil
+}
+
+// sameTimerStream reports whether the timer reset stream has the
+// configuration TimerResets asks for.
+func sameTimerStream(has, want jetstream.StreamConfig) bool {
+	return slices.Equal(has.Subjects, want.Subjects) && has.Retention == want.Retention &&
+		has.Storage == want.Storage && has.Replicas == want.Replicas && has.Discard == want.Discard &&
+		has.MaxBytes == want.MaxBytes && has.MaxMsgs == want.MaxMsgs && has.Description == want.Description
 }
