@@ -43,8 +43,11 @@ type Config struct {
 	MaxInFlight   int           `yaml:"max_inflight"`
 	ProbeInterval time.Duration `yaml:"probe_interval"`
 	OutageAfter   time.Duration `yaml:"outage_after"`
-	MemberTimeout time.Duration `yaml:"member_timeout"`
-	MaxIDLen      int           `yaml:"max_id_len"`
+	// ReconnectGrace is how long after the broker is back from a restart
+	// devices are given to reconnect before their silence counts again.
+	ReconnectGrace time.Duration `yaml:"reconnect_grace"`
+	MemberTimeout  time.Duration `yaml:"member_timeout"`
+	MaxIDLen       int           `yaml:"max_id_len"`
 }
 
 // DefaultMQTTConfig is the mqtt section when nothing is configured. The
@@ -68,9 +71,17 @@ func DefaultTimestampConfig() TimestampConfig {
 // the two above it is the only copy of ingest's defaults.
 func DefaultConfig() Config {
 	return Config{Batch: 256, FlushInterval: time.Millisecond, MaxInFlight: 8192,
-		ProbeInterval: DefaultProbeInterval, OutageAfter: 3 * time.Second, MemberTimeout: 10 * time.Second,
-		MaxIDLen: DefaultMaxIDLen}
+		ProbeInterval: DefaultProbeInterval, OutageAfter: 3 * time.Second, ReconnectGrace: DefaultReconnectGrace,
+		MemberTimeout: 10 * time.Second, MaxIDLen: DefaultMaxIDLen}
 }
+
+// DefaultReconnectGrace is the default ingest.reconnect_grace. Devices
+// reconnect to a restarted broker with their own back-off: a fixed 10 s
+// retry is common (ESP-IDF's esp-mqtt, Tasmota), and exponential back-off
+// from 1 s (paho, the AWS IoT SDKs) reaches 15 s after four failed tries.
+// 30 s covers both with room for a reconnection storm; a device silent
+// across the restart is reported at most this much later.
+const DefaultReconnectGrace = 30 * time.Second
 
 // Validate refuses mqtt settings that cannot work.
 func (c MQTTConfig) Validate() error {
@@ -111,8 +122,8 @@ func (c Config) Validate() error {
 	if c.Batch < 1 || c.MaxInFlight < 1 {
 		errs = append(errs, errors.New("ingest.batch and ingest.max_inflight must be at least 1"))
 	}
-	if c.FlushInterval <= 0 || c.ProbeInterval <= 0 || c.OutageAfter <= 0 || c.MemberTimeout <= 0 {
-		errs = append(errs, errors.New("ingest.flush_interval, probe_interval, outage_after and member_timeout must be positive"))
+	if c.FlushInterval <= 0 || c.ProbeInterval <= 0 || c.OutageAfter <= 0 || c.MemberTimeout <= 0 || c.ReconnectGrace <= 0 {
+		errs = append(errs, errors.New("ingest.flush_interval, probe_interval, outage_after, reconnect_grace and member_timeout must be positive"))
 	}
 	if c.MaxIDLen < 1 {
 		errs = append(errs, errors.New("ingest.max_id_len must be at least 1"))

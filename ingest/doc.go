@@ -44,6 +44,8 @@
 //   - flush.go: the pipeline's flush — upsert, ack, welcome first-seen and
 //     recovered devices.
 //   - watermark.go: the watermark — barrier tracker, member reports.
+//   - breaks.go: the broker connection's breaks, reported with the
+//     watermark as outages, with the reconnect grace after a restart.
 //   - deadletter.go: the dead letters — refusal queue and forwarding.
 //   - publish.go: publishing events with retries (recovered, invalid).
 //   - parse.go: topic, id (CheckID) and timestamp rules, InvalidError.

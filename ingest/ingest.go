@@ -56,7 +56,8 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Pu
 	m := newMetrics(in)
 	in.m = m
 	o := &in.opts
-	in.wm = newWatermark(o, store, m, log)
+	br := &breaks{grace: o.ReconnectGrace, m: m}
+	in.wm = newWatermark(o, store, br, m, log)
 	in.dead = newDeadLetters(pub, m, log)
 	// The writer reports the topology epoch ingest writes with, so a
 	// doubling's drain knows when no write can land in an old shard.
@@ -78,7 +79,7 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Pu
 		work:     make(chan signal, 1024),
 		stopping: make(chan struct{}),
 	}
-	in.src = newSource(o, in.pipe, in.dead, log)
+	in.src = newSource(o, in.pipe, in.dead, br, log)
 	if opts.SharedGroup != "" {
 		in.src.join = in.wm.join
 	}

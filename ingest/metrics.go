@@ -7,16 +7,19 @@ import (
 )
 
 type metrics struct {
-	signals      prometheus.Counter
-	resets       prometheus.Counter
-	invalid      map[string]prometheus.Counter // by reason
-	unforwarded  prometheus.Counter
-	newDevices   prometheus.Counter
-	recovered    prometheus.Counter
-	stale        prometheus.Counter
-	storeErrors  prometheus.Counter
-	batchSize    prometheus.Histogram
-	storeLatency prometheus.Histogram
+	signals     prometheus.Counter
+	resets      prometheus.Counter
+	invalid     map[string]prometheus.Counter // by reason
+	unforwarded prometheus.Counter
+	newDevices  prometheus.Counter
+	recovered   prometheus.Counter
+	stale       prometheus.Counter
+	storeErrors prometheus.Counter
+	// brokerOutages counts the connection's breaks, reconnectGraces those
+	// given the reconnect grace (see breaks).
+	brokerOutages, reconnectGraces prometheus.Counter
+	batchSize                      prometheus.Histogram
+	storeLatency                   prometheus.Histogram
 
 	all []prometheus.Collector // everything register registers
 }
@@ -40,6 +43,10 @@ func newMetrics(in *Ingest) *metrics {
 		stale: counter("stale_signals_total",
 			"Signals refused because nothing shows they are newer than their device's loss (a late delivery: a stalled replica's backlog, a redelivery); acked, not stored."),
 		storeErrors: counter("store_errors_total", "Failed Redis calls (each is retried)."),
+		brokerOutages: counter("broker_outages_total",
+			"Times the connection to the MQTT broker was lost and came back: each is recorded as an ingest outage, whatever its length."),
+		reconnectGraces: counter("reconnect_graces_total",
+			"Broker outages after which devices were given ingest.reconnect_grace to reconnect: the broker restarted, or did not show it kept running."),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "flush_batch_size",
 			Help: "Signals per flush to Redis.", Buckets: prometheus.ExponentialBuckets(1, 2, 13)}),
 		storeLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "store_latency_seconds",
@@ -59,7 +66,7 @@ func newMetrics(in *Ingest) *metrics {
 	// The MQTT metrics exist only where MQTT is configured, so that an
 	// alert on them never fires for a fleet that sends over HTTP only.
 	if len(in.opts.Brokers) > 0 {
-		gauges = append(gauges,
+		gauges = append(gauges, m.brokerOutages, m.reconnectGraces,
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "broker_dropped_total",
 				Help: "Messages the MQTT broker dropped while this process listened: the increases of its $SYS/broker/publish/messages/dropped " +
 					"from one report to the next (the first report on each connection, and a lower count after a broker restart, are baselines)."},

@@ -75,6 +75,10 @@ type Options struct {
 	// delivers them again only after ack_wait) while later ones pass.
 	OrderedBroker bool
 	OutageAfter   time.Duration // a watermark gap larger than this is an outage, default 3s
+	// ReconnectGrace is how long after the broker is back from a restart
+	// devices are given to reconnect: the outage a lost connection records
+	// runs on until then (see breaks). Default DefaultReconnectGrace.
+	ReconnectGrace time.Duration
 	// MemberTimeout is how long a member that stopped probing (it died)
 	// holds its shared group's watermark back, default 10s.
 	MemberTimeout time.Duration
@@ -164,6 +168,7 @@ func (o *Options) defaults() error {
 	o.MaxInFlight = cmp.Or(max(o.MaxInFlight, 0), c.MaxInFlight)
 	o.ProbeInterval = cmp.Or(max(o.ProbeInterval, 0), c.ProbeInterval)
 	o.OutageAfter = cmp.Or(max(o.OutageAfter, 0), c.OutageAfter)
+	o.ReconnectGrace = cmp.Or(max(o.ReconnectGrace, 0), c.ReconnectGrace)
 	o.MemberTimeout = cmp.Or(max(o.MemberTimeout, 0), c.MemberTimeout)
 	o.ProbeTopic = cmp.Or(o.ProbeTopic, "sigwatch/probe/"+o.ClientID)
 	o.probes, o.ordered = inbandProbes(o)

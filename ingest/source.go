@@ -37,6 +37,7 @@ type source struct {
 	log     *slog.Logger
 	pipe    *pipeline
 	dead    *deadLetters
+	breaks  *breaks
 	connLog *ratelog.Limiter
 
 	client      atomic.Pointer[mqtt.Client]
@@ -80,8 +81,8 @@ type source struct {
 	leaving atomic.Bool
 }
 
-func newSource(opts *Options, pipe *pipeline, dead *deadLetters, log *slog.Logger) *source {
-	s := &source{opts: opts, log: log, pipe: pipe, dead: dead, connLog: ratelog.New(time.Minute, opts.Now),
+func newSource(opts *Options, pipe *pipeline, dead *deadLetters, br *breaks, log *slog.Logger) *source {
+	s := &source{opts: opts, log: log, pipe: pipe, dead: dead, breaks: br, connLog: ratelog.New(time.Minute, opts.Now),
 		refused: make(chan error, 1)}
 	s.brokerDropped.Store(-1)
 	s.dropBase.Store(-1)
@@ -317,6 +318,10 @@ func (s *source) onConnect(c mqtt.Client) {
 			return
 		}
 	}
+	// The broker's uptime says whether it restarted while the connection
+	// was down (see breaks). Subscribed before the signals, its retained
+	// value arrives before any probe that vouches for this connection.
+	c.Subscribe(sysUptime, 0, s.onUptime)
 	filters := make(map[string]byte, len(s.opts.Topics)+1)
 	if !s.leaving.Load() {
 		if s.join != nil && !s.joinGroup(c) {
@@ -351,7 +356,9 @@ func (s *source) onConnect(c mqtt.Client) {
 		}
 	}
 	// Only probes sent from now on vouch for this connection.
-	s.connectedAt.Store(s.opts.Now().UnixMilli())
+	now := s.opts.Now().UnixMilli()
+	s.connectedAt.Store(now)
+	s.breaks.connected(now)
 	s.log.Info("connected to MQTT broker", "filters", keys(filters), "qos", *s.opts.QoS)
 	// Mosquitto drops QoS 1 messages silently when a subscriber's queue is
 	// full; it says so only in $SYS. Other brokers may refuse the filter,
@@ -436,6 +443,18 @@ func (s *source) unordered(what string) error {
 // sysDropped is where Mosquitto publishes how many messages it dropped.
 const sysDropped = "$SYS/broker/publish/messages/dropped"
 
+// sysUptime is where Mosquitto publishes, retained, how long it has run
+// ("86400 seconds").
+const sysUptime = "$SYS/broker/uptime"
+
+func (s *source) onUptime(_ mqtt.Client, m mqtt.Message) {
+	n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(string(m.Payload())), " seconds"), 10, 64)
+	if err != nil || n < 0 {
+		return
+	}
+	s.breaks.uptime(s.opts.Now().UnixMilli(), n)
+}
+
 func (s *source) onDropped(_ mqtt.Client, m mqtt.Message) {
 	n, err := strconv.ParseInt(strings.TrimSpace(string(m.Payload())), 10, 64)
 	if err != nil {
@@ -462,6 +481,10 @@ func keys(m map[string]byte) []string {
 // credentials, TLS trouble, broker down), which paho otherwise retries in
 // silence. The same reason is logged at most once a minute.
 func (s *source) onConnectionNotification(_ mqtt.Client, n mqtt.ConnectionNotification) {
+	if b, ok := n.(mqtt.ConnectionNotificationBroker); ok {
+		s.breaks.attempt(b.Broker.String())
+		return
+	}
 	f, ok := n.(mqtt.ConnectionNotificationFailed)
 	if !ok || f.Reason == nil {
 		return
@@ -473,13 +496,18 @@ func (s *source) onConnectionNotification(_ mqtt.Client, n mqtt.ConnectionNotifi
 }
 
 // onReconnecting runs before each reconnection attempt, before anything of
-// the new connection arrives: the broker's first report on it is a new
+// the new connection arrives: the connection is down, which is an outage
+// (see breaks), and the broker's first report on the new one is a new
 // baseline (it may be another broker, or the same one restarted). Not
 // onConnect: a persistent session's messages can arrive before it runs.
-func (s *source) onReconnecting(mqtt.Client, *mqtt.ClientOptions) { s.dropBase.Store(-1) }
+func (s *source) onReconnecting(mqtt.Client, *mqtt.ClientOptions) {
+	s.breaks.lose(s.opts.Now().UnixMilli())
+	s.dropBase.Store(-1)
+}
 
 func (s *source) onConnectionLost(_ mqtt.Client, err error) {
-	s.log.Warn("lost MQTT connection; reconnecting", "err", err)
+	s.breaks.noticed(s.opts.Now().UnixMilli())
+	s.log.Warn("lost MQTT connection; reconnecting (an ingest outage until it is back)", "err", err)
 }
 
 // onMessage handles one message from the broker. It is called by paho's
@@ -493,8 +521,12 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 		return
 	}
 	topic := m.Topic()
-	if topic == sysDropped {
+	switch topic {
+	case sysDropped:
 		s.onDropped(nil, m)
+		return
+	case sysUptime:
+		s.onUptime(nil, m)
 		return
 	}
 	if k := s.opts.probeIndex(topic); k >= 0 {

@@ -22,6 +22,7 @@ import (
 // stores the last barrier that passed and returns.
 type watermark struct {
 	store  *shard.Store
+	breaks *breaks // the connection's breaks, reported with the watermark
 	member shard.Member
 	opts   *Options
 	log    *slog.Logger
@@ -37,9 +38,10 @@ type watermark struct {
 	startedAt atomic.Int64 // unix ms when Run started
 }
 
-func newWatermark(opts *Options, store *shard.Store, m *metrics, log *slog.Logger) *watermark {
+func newWatermark(opts *Options, store *shard.Store, br *breaks, m *metrics, log *slog.Logger) *watermark {
 	return &watermark{
 		store:  store,
+		breaks: br,
 		member: shard.Member{Group: opts.SharedGroup, ID: opts.ClientID},
 		opts:   opts,
 		log:    log,
@@ -99,6 +101,8 @@ func (w *watermark) run(ctx context.Context) {
 		}
 		sctx, cancel := context.WithTimeout(ctx, storeTimeout)
 		outs := shard.Outages{Gap: w.opts.OutageAfter, Keep: w.opts.Thresholds.Max() + outageMargin}
+		var gen uint64
+		outs.Through, outs.GraceFrom, gen = w.breaks.report(ms)
 		_, dropped, err := w.store.AdvanceMember(sctx, w.member, ms, w.opts.Now(), w.opts.MemberTimeout, outs)
 		cancel()
 		if dropped > 0 {
@@ -110,6 +114,14 @@ func (w *watermark) run(ctx context.Context) {
 			w.errLog.Warn(w.log, "advance", "advance watermark failed", "err", err)
 			retry.Reset(w.opts.ProbeInterval)
 			return
+		}
+		if outs.Through != 0 {
+			w.breaks.reported(gen)
+			attrs := []any{"through", time.UnixMilli(outs.Through)}
+			if outs.GraceFrom != 0 {
+				attrs = append(attrs, "reconnect_grace_from", time.UnixMilli(outs.GraceFrom))
+			}
+			w.log.Info("the lost broker connection is recorded as an ingest outage", attrs...)
 		}
 		stored = ms
 		w.stored.Store(ms)

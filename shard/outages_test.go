@@ -92,7 +92,7 @@ func TestOutagesAgeOutAndMerge(t *testing.T) {
 	advance(base)
 	advance(base + 5_000)  // an outage...
 	advance(base + 10_000) // ...that goes on: the same outage
-	if got, want := read(), []shard.Outage{{base, base + 10_000}}; !slices.Equal(got, want) {
+	if got, want := read(), []shard.Outage{{Start: base, End: base + 10_000}}; !slices.Equal(got, want) {
 		t.Fatalf("touching jumps recorded as %v, want %v", got, want)
 	}
 	advance(base + 11_000)
@@ -110,7 +110,7 @@ func TestOutagesAgeOutAndMerge(t *testing.T) {
 	// Past it, going on with the same outage: the first goes, the others
 	// stay.
 	advance(base + 10_000 + keep + 4_000)
-	want := []shard.Outage{{base + 11_000, base + 15_000}, {end - 5_000, end - 1_000}, {end, base + 14_000 + keep}}
+	want := []shard.Outage{{Start: base + 11_000, End: base + 15_000}, {Start: end - 5_000, End: end - 1_000}, {Start: end, End: base + 14_000 + keep}}
 	if got := read(); len(got) != 11 || got[0] != want[0] || got[9] != want[1] || got[10] != want[2] {
 		t.Errorf("outages = %v, want 11: from %v to %v, then %v", got, want[0], want[1], want[2])
 	}

@@ -21,6 +21,10 @@ import (
 type Outage struct {
 	Start int64 `json:"start"`
 	End   int64 `json:"end"`
+	// GraceFrom, when set, is when the broker was back after a restart:
+	// from then to End devices were given time to reconnect (the
+	// reconnect grace).
+	GraceFrom int64 `json:"grace_from,omitempty"`
 }
 
 // OutagesCap bounds the outage list whatever its outages' age: far more
@@ -30,26 +34,34 @@ type Outage struct {
 const OutagesCap = 100_000
 
 // recordOutage is the Lua that records the outage [cur, new] (unix ms, as
-// strings) in the list at key, oldest first: it extends the last outage if
-// that one reaches cur, else appends; it drops outages that ended more than
+// strings) in the list at key: it merges it into the last outage if the two
+// overlap or touch, else appends; it drops outages that ended more than
 // keep ms before new (keep 0: none), and the oldest beyond cap. The list
-// thus only grows or changes at its end and shrinks at its start. It
-// returns how many outages the cap dropped.
+// thus only grows or changes at its end and shrinks at its start. grace
+// (a string, "0": none) is when a reconnect grace ending the outage began;
+// an entry is "start:end" or "start:end:grace". It returns how many
+// outages the cap dropped.
 const recordOutage = `
-local function record(key, cur, new, keep, cap)
+local function entry(s, e, g)
+  if g > 0 then return string.format('%d:%d:%d', s, e, g) end
+  return string.format('%d:%d', s, e)
+end
+local function record(key, cur, new, keep, cap, grace)
+  local s, e, g = tonumber(cur), tonumber(new), tonumber(grace or '0') or 0
   local last = redis.call('LINDEX', key, -1)
-  local ls, le
-  if last then ls, le = string.match(last, '^(%d+):(%d+)$') end
-  if le and tonumber(le) >= tonumber(cur) then
-    redis.call('LSET', key, -1, ls .. ':' .. new)
+  local ls, le, lg
+  if last then ls, le, lg = string.match(last, '^(%d+):(%d+):?(%d*)$') end
+  if le and tonumber(le) >= s and tonumber(ls) <= e then
+    if g == 0 then g = tonumber(lg) or 0 end
+    redis.call('LSET', key, -1, entry(math.min(s, tonumber(ls)), math.max(e, tonumber(le)), g))
   else
-    redis.call('RPUSH', key, cur .. ':' .. new)
+    redis.call('RPUSH', key, entry(s, e, g))
   end
   if keep > 0 then
     for _ = 1, 64 do
       local head = redis.call('LINDEX', key, 0)
-      local he = head and string.match(head, ':(%d+)$')
-      if head == nil or (he and tonumber(he) >= tonumber(new) - keep) then break end
+      local he = head and string.match(head, '^%d+:(%d+)')
+      if head == nil or (he and tonumber(he) >= e - keep) then break end
       redis.call('LPOP', key)
     end
   end
@@ -74,7 +86,7 @@ local cur = redis.call('GET', KEYS[1])
 local new = tonumber(ARGV[1])
 if cur and new <= tonumber(cur) then return cur end
 if cur and new - tonumber(cur) > tonumber(ARGV[2]) then
-  record(KEYS[2], cur, ARGV[1], 0, tonumber(ARGV[3]))
+  record(KEYS[2], cur, ARGV[1], 0, tonumber(ARGV[3]), '0')
 end
 redis.call('SET', KEYS[1], ARGV[1])
 return ARGV[1]`)
@@ -115,14 +127,22 @@ func (s *Store) Watermark(ctx context.Context) (int64, []Outage, error) {
 	return wm, outs, nil
 }
 
+// parseOutage reads an entry of the outage list: "start:end", or
+// "start:end:grace" (see recordOutage).
 func parseOutage(r string) (Outage, bool) {
-	a, b, ok := strings.Cut(r, ":")
-	if !ok {
+	f := strings.Split(r, ":")
+	if len(f) != 2 && len(f) != 3 {
 		return Outage{}, false
 	}
-	start, err1 := strconv.ParseInt(a, 10, 64)
-	end, err2 := strconv.ParseInt(b, 10, 64)
-	return Outage{Start: start, End: end}, err1 == nil && err2 == nil
+	var v [3]int64
+	for j, x := range f {
+		n, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			return Outage{}, false
+		}
+		v[j] = n
+	}
+	return Outage{Start: v[0], End: v[1], GraceFrom: v[2]}, true
 }
 
 // WatermarkHead returns the ingest watermark, the number of recorded
@@ -169,7 +189,11 @@ func (m Member) field() string { return m.Group + "|" + m.ID }
 // (max). Members silent for longer than the timeout are dropped, so a dead
 // member holds firing back for at most that long, and the gap it leaves is
 // recorded as an outage like any other. Outages are kept while they can
-// still overlap a silence window (see Outages.Keep).
+// still overlap a silence window (see Outages.Keep). A member whose
+// connection to the broker broke since its last report asks for an outage
+// through a given time (Outages.Through): it runs from that last report,
+// or from the global watermark if the other members vouched for later, and
+// is recorded before the watermark moves past it.
 //
 // KEYS[1]: member HASH ("group|id" -> ms)
 // KEYS[2]: global watermark
@@ -177,12 +201,16 @@ func (m Member) field() string { return m.Group + "|" + m.ID }
 // ARGV[1]: member field "group|id"; ARGV[2]: member watermark, unix ms
 // ARGV[3]: now, unix ms; ARGV[4]: member timeout, ms (0: never drop)
 // ARGV[5]: outage threshold, ms; ARGV[6]: outages kept for, ms (0: until
-// the cap); ARGV[7]: outages cap
+// the cap); ARGV[7]: outages cap; ARGV[8]: the end of the outage the
+// member asks for, unix ms (0: none); ARGV[9]: when its reconnect grace
+// began (0: none)
 // Returns: {the global watermark after the call (false if none), outages
 // the cap dropped}.
 var memberScript = newScript(recordOutage + `
+local prev = redis.call('HGET', KEYS[1], ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 local now, timeout = tonumber(ARGV[3]), tonumber(ARGV[4])
+local keep, cap = tonumber(ARGV[6]), tonumber(ARGV[7])
 local all = redis.call('HGETALL', KEYS[1])
 local best, groups = nil, {}
 for i = 1, #all, 2 do
@@ -201,13 +229,21 @@ end
 for _, wm in pairs(groups) do
   if best == nil or wm > best then best = wm end
 end
-if best == nil then return {redis.call('GET', KEYS[2]), 0} end
 local cur = redis.call('GET', KEYS[2])
-if cur and best <= tonumber(cur) then return {cur, 0} end
-local new = string.format('%d', best)
 local dropped = 0
+local through = tonumber(ARGV[8])
+if through > 0 and (prev or cur) then
+  local from = tonumber(prev or cur)
+  if cur and tonumber(cur) > from then from = tonumber(cur) end
+  if through > from then
+    dropped = record(KEYS[3], string.format('%d', from), ARGV[8], keep, cap, ARGV[9])
+  end
+end
+if best == nil then return {cur, dropped} end
+if cur and best <= tonumber(cur) then return {cur, dropped} end
+local new = string.format('%d', best)
 if cur and best - tonumber(cur) > tonumber(ARGV[5]) then
-  dropped = record(KEYS[3], cur, new, tonumber(ARGV[6]), tonumber(ARGV[7]))
+  dropped = dropped + record(KEYS[3], cur, new, keep, cap, '0')
 end
 redis.call('SET', KEYS[2], new)
 return {new, dropped}`)
@@ -222,6 +258,12 @@ type Outages struct {
 	// overlap it, so Keep is the longest threshold in force plus how far
 	// behind the watermark a scanner may fall; 0 keeps up to OutagesCap.
 	Keep time.Duration
+	// Through, when not 0, asks for an outage through this time (unix
+	// ms): the member's connection to the broker broke since its last
+	// report. It begins at that report, or at the global watermark if that
+	// is later. GraceFrom, when not 0, is when the reconnect grace at its
+	// end began.
+	Through, GraceFrom int64
 }
 
 // AdvanceMember records that member has consumed everything up to ms and
@@ -232,7 +274,8 @@ func (s *Store) AdvanceMember(ctx context.Context, m Member, ms int64, now time.
 	vs, err := memberScript.exec(ctx, s.c, []string{s.k.Members(), s.k.Watermark(), s.k.Outages()},
 		[]string{m.field(), strconv.FormatInt(ms, 10), strconv.FormatInt(now.UnixMilli(), 10),
 			strconv.FormatInt(timeout.Milliseconds(), 10), strconv.FormatInt(o.Gap.Milliseconds(), 10),
-			strconv.FormatInt(o.Keep.Milliseconds(), 10), strconv.Itoa(OutagesCap)}).Tuple(2)
+			strconv.FormatInt(o.Keep.Milliseconds(), 10), strconv.Itoa(OutagesCap),
+			strconv.FormatInt(o.Through, 10), strconv.FormatInt(o.GraceFrom, 10)}).Tuple(2)
 	if err != nil {
 		return 0, 0, fmt.Errorf("shard: advance watermark of %s: %w", m.ID, err)
 	}

@@ -28,7 +28,7 @@ func TestWatermarkRecordsOutages(t *testing.T) {
 	if wm != 15_100 {
 		t.Errorf("got watermark %d, want 15100", wm)
 	}
-	if want := []shard.Outage{{11_000, 15_000}}; !slices.Equal(outs, want) {
+	if want := []shard.Outage{{Start: 11_000, End: 15_000}}; !slices.Equal(outs, want) {
 		t.Errorf("got outages %v, want %v", outs, want)
 	}
 }
@@ -84,5 +84,95 @@ func TestMemberWatermark(t *testing.T) {
 	}
 	if _, ok := ms["|solo"]; ok || len(ms) != 1 {
 		t.Fatalf("members after leave = %v, want only g|a", ms)
+	}
+}
+
+// TestMemberBreakOutage proves that a member whose broker connection broke
+// gets its outage recorded whatever the gap's length (invariant 6): from
+// its last report, or the global watermark if the others vouched for
+// later, through the end it asks for, with the reconnect grace it carries;
+// before the watermark moves past it. An outage that overlaps the last one
+// is merged into it, whichever began first.
+func TestMemberBreakOutage(t *testing.T) {
+	ctx, s := newStore(t)
+	const gap = 3 * time.Second
+	base := int64(1_700_000_000_000)
+	adv := func(m shard.Member, at int64, o shard.Outages) int64 {
+		t.Helper()
+		o.Gap = gap
+		if o.Through != 0 {
+			o.Through += base
+		}
+		if o.GraceFrom != 0 {
+			o.GraceFrom += base
+		}
+		wm, _, err := s.AdvanceMember(ctx, m, base+at, time.UnixMilli(base+at), 0, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wm - base
+	}
+	outages := func() []shard.Outage {
+		t.Helper()
+		_, outs, err := s.Watermark(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range outs {
+			outs[j].Start -= base
+			outs[j].End -= base
+			if outs[j].GraceFrom != 0 {
+				outs[j].GraceFrom -= base
+			}
+		}
+		return outs
+	}
+	a := shard.Member{Group: "g", ID: "a"}
+	b := shard.Member{Group: "g", ID: "b"}
+	adv(a, 1_000, shard.Outages{})
+	adv(b, 1_000, shard.Outages{})
+
+	// a's connection broke: a 2 s gap, below the outage threshold, is
+	// still an outage, with the grace a broker restart gives.
+	if wm := adv(a, 3_000, shard.Outages{Through: 5_000, GraceFrom: 3_000}); wm != 1_000 {
+		t.Fatalf("watermark = base+%d, want b's 1000", wm)
+	}
+	if got, want := outages(), []shard.Outage{{Start: 1_000, End: 5_000, GraceFrom: 3_000}}; !slices.Equal(got, want) {
+		t.Fatalf("after a's break: outages %v, want %v", got, want)
+	}
+	// b's break overlaps: one outage, reaching b's end.
+	adv(b, 3_100, shard.Outages{Through: 5_100, GraceFrom: 3_100})
+	if got, want := outages(), []shard.Outage{{Start: 1_000, End: 5_100, GraceFrom: 3_100}}; !slices.Equal(got, want) {
+		t.Fatalf("after b's break: outages %v, want %v", got, want)
+	}
+	// The group moves on in steps below the threshold: no outage.
+	adv(a, 5_500, shard.Outages{})
+	adv(b, 5_500, shard.Outages{})
+	// A break the others already vouched past is no outage.
+	c := shard.Member{ID: "c"} // outside the group, consuming alone
+	adv(c, 5_000, shard.Outages{Through: 5_400})
+	if got := outages(); len(got) != 1 {
+		t.Fatalf("a break the others vouched past: outages %v, want still one", got)
+	}
+	// Only the part after what the others vouched for is: c's break from
+	// 5 000 through 9 000 is an outage from the watermark, 8 000, on.
+	adv(a, 8_000, shard.Outages{})
+	adv(b, 8_000, shard.Outages{})
+	if wm := adv(c, 9_000, shard.Outages{Through: 9_000}); wm != 9_000 {
+		t.Fatalf("watermark = base+%d, want c's 9000", wm)
+	}
+	if got, want := outages()[1:], []shard.Outage{{Start: 8_000, End: 9_000}}; !slices.Equal(got, want) {
+		t.Fatalf("a break past the others: outages %v, want %v", got, want)
+	}
+	// An outage recorded later that begins earlier merges into the last
+	// one it overlaps; one entirely before it is an outage of its own.
+	if err := s.AddOutage(ctx, shard.Outage{Start: base + 7_000, End: base + 8_500}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddOutage(ctx, shard.Outage{Start: base + 6_000, End: base + 6_500}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := outages()[1:], []shard.Outage{{Start: 7_000, End: 9_000}, {Start: 6_000, End: 6_500}}; !slices.Equal(got, want) {
+		t.Fatalf("outages recorded out of order: %v, want %v", got, want)
 	}
 }

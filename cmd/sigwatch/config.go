@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"reflect"
@@ -233,6 +234,30 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: %w", err)
 	}
 	return nil
+}
+
+// Warnings are settings that work but likely not as the operator means
+// them, each saying what to change; Start logs them and `config check`
+// prints them.
+func (c Config) Warnings() []string {
+	var out []string
+	if c.hasRole("ingest") {
+		// The smallest threshold in force at start; overrides set through
+		// the API come later.
+		name, thr := "thresholds.default", c.Thresholds.Default
+		for _, t := range slices.Sorted(maps.Keys(c.Thresholds.Types)) {
+			if d := c.Thresholds.Types[t]; d < thr {
+				name, thr = "thresholds.types."+t, d
+			}
+		}
+		if c.Ingest.OutageAfter > thr {
+			out = append(out, fmt.Sprintf("ingest.outage_after (%v) is longer than %s (%v): a stall of ingest shorter than "+
+				"outage_after is not an outage, and a late backlog is stamped up to outage_after past the evidence of when the broker had it, "+
+				"so a device of that threshold may be reported lost for silence inside a stall, or kept alive by a late delivery. "+
+				"Set ingest.outage_after below %v, or raise the threshold", c.Ingest.OutageAfter, name, thr, thr))
+		}
+	}
+	return out
 }
 
 func (c Config) hasRole(r string) bool { return slices.Contains(c.Roles, r) }

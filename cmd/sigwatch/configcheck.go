@@ -24,8 +24,12 @@ func cmdConfig(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	if _, err := LoadConfig(*path, os.Environ()); err != nil {
+	cfg, err := LoadConfig(*path, os.Environ())
+	if err != nil {
 		return err
+	}
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
 	fmt.Fprintf(stdout, "%s: ok\n", *path)
 	return nil

@@ -29,6 +29,24 @@ func TestConfigCheck(t *testing.T) {
 	}
 }
 
+// TestConfigCheckWarnsOutageAfter: a threshold shorter than
+// ingest.outage_after is accepted, and both `config check` and the start
+// warn about it, naming the threshold and what to change; the shipped
+// config draws no warning.
+func TestConfigCheckWarnsOutageAfter(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"config", "check", "--config", "../../deploy/sigwatch.yaml"}, &out, &errOut); code != 0 || errOut.Len() != 0 {
+		t.Fatalf("deploy/sigwatch.yaml: exit %d, %q; want 0 and no warning", code, errOut.String())
+	}
+	t.Setenv("SIGWATCH_THRESHOLDS_TYPES", "beacon=10s,tag=2s")
+	errOut.Reset()
+	code := run([]string{"config", "check", "--config", "../../deploy/sigwatch.yaml"}, &out, &errOut)
+	if w := errOut.String(); code != 0 || !strings.Contains(w, "warning: ingest.outage_after (3s) is longer than thresholds.types.tag (2s)") ||
+		!strings.Contains(w, "Set ingest.outage_after below 2s") {
+		t.Errorf("a 2s type threshold: exit %d, %q; want 0 and a warning naming thresholds.types.tag and what to change", code, w)
+	}
+}
+
 // TestHealthcheckCommand: `sigwatch healthcheck URL` exits 0 only on 200.
 func TestHealthcheckCommand(t *testing.T) {
 	status := http.StatusOK

@@ -68,13 +68,15 @@ func startProc(t *testing.T, env *testenv.Env, name string, extra ...string) *pr
 	cmd.Env = append(os.Environ(),
 		"SIGWATCH_REDIS_ADDRS="+env.Redis.Addr,
 		"SIGWATCH_NATS_URL="+env.NATS.URL,
-		"SIGWATCH_MQTT_BROKERS="+env.Mosquitto.URL,
 		"SIGWATCH_MQTT_CLIENT_ID=sigwatch-e2e",
 		"SIGWATCH_MQTT_SHARED_GROUP=sigwatch",
 		"SIGWATCH_HTTP_ADDR=127.0.0.1:0",
 		"SIGWATCH_SCANNER_LEASE_TTL=2s",
 		"SIGWATCH_LOG_LEVEL=debug",
 	)
+	if env.Mosquitto != nil {
+		cmd.Env = append(cmd.Env, "SIGWATCH_MQTT_BROKERS="+env.Mosquitto.URL)
+	}
 	cmd.Env = append(cmd.Env, extra...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -93,6 +93,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	for _, w := range cfg.Warnings() {
+		log.Warn("config: " + w)
+	}
 	a := &App{cfg: cfg, log: log, reg: prometheus.NewRegistry(), g: newGroup(), done: make(chan struct{})}
 	// A coordinator without progress for three lease times has lost its
 	// shards: stuck (newLiveness keeps at least minStale, for a hung Redis).
@@ -175,7 +178,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			Thresholds:    a.thr, TimestampMode: cfg.Timestamp.Mode, MaxSkew: cfg.Timestamp.MaxSkew,
 			MaxIDLen: cfg.Ingest.MaxIDLen, BatchSize: cfg.Ingest.Batch, FlushInterval: cfg.Ingest.FlushInterval,
 			MaxInFlight: cfg.Ingest.MaxInFlight, ProbeInterval: cfg.Ingest.ProbeInterval,
-			OutageAfter: cfg.Ingest.OutageAfter, MemberTimeout: cfg.Ingest.MemberTimeout, Now: a.clock.Now,
+			OutageAfter: cfg.Ingest.OutageAfter, ReconnectGrace: cfg.Ingest.ReconnectGrace, MemberTimeout: cfg.Ingest.MemberTimeout,
+			Now:      a.clock.Now,
 			Registry: a.registry,
 		}, a.store, a.topo, a.pub, a.reg, log.With("role", "ingest"))
 		if err != nil {

@@ -60,6 +60,7 @@ const (
 	metricLost      = "sigwatch_scanner_lost_total"
 	metricFireLag   = "sigwatch_scanner_fire_lag_seconds"
 	metricAlarms    = "sigwatch_alarm_active"
+	metricConnected = "sigwatch_ingest_connected"
 )
 
 // counts are the events a process counted over a span.
@@ -93,6 +94,8 @@ type sample struct {
 	// (seconds), +Inf included.
 	lag    map[float64]uint64
 	alarms alarmCounts
+	// brokerDown: this process's ingest has lost its MQTT broker.
+	brokerDown bool
 }
 
 // procReport is the body of one process's report.
@@ -110,6 +113,9 @@ type procReport struct {
 	// Alarms is present on processes that run the alarm role; only the one
 	// that owns repeat shard 0 counts, the others say 0.
 	Alarms *alarmCounts `json:"alarms,omitempty"`
+	// BrokerDown says the process runs ingest and its connection to the
+	// MQTT broker is down: an outage in progress, however short.
+	BrokerDown bool `json:"broker_down,omitempty"`
 }
 
 // fleetStats reports this process's counts and, with the api role, serves
@@ -207,6 +213,7 @@ func (s *fleetStats) body() procReport {
 	if slices.Contains(s.roles, "alarm") {
 		r.Alarms = &last.alarms
 	}
+	r.BrokerDown = last.brokerDown
 	return r
 }
 
@@ -243,6 +250,10 @@ func readSample(at time.Time, mfs []*dto.MetricFamily) sample {
 					x.lag[b.GetUpperBound()] += b.GetCumulativeCount()
 				}
 				x.lag[math.Inf(1)] += h.GetSampleCount()
+			}
+		case metricConnected:
+			for _, m := range mf.GetMetric() {
+				x.brokerDown = x.brokerDown || m.GetGauge().GetValue() == 0
 			}
 		case metricAlarms:
 			for _, m := range mf.GetMetric() {
@@ -309,8 +320,14 @@ type wmView struct {
 	At    int64 `json:"at"` // 0 before ingest first ran
 	AgeMS int64 `json:"age_ms"`
 	// Outage says ingest is not known to be consuming now: the watermark
-	// is older than ingest.outage_after.
-	Outage       bool           `json:"outage"`
+	// is older than ingest.outage_after, or an ingest process lost its
+	// broker (BrokerDown names them).
+	Outage     bool     `json:"outage"`
+	BrokerDown []string `json:"broker_down,omitempty"`
+	// GraceUntil, while a reconnect grace runs after a broker restart, is
+	// when it ends: devices silent until then are not declared lost before
+	// a threshold after it.
+	GraceUntil   int64          `json:"grace_until,omitempty"`
 	OutagesTotal int64          `json:"outages_total"`
 	Outages      []shard.Outage `json:"outages"` // the latest, oldest first
 }
@@ -346,6 +363,7 @@ type fleetReports struct {
 	lag                       lagView
 	alarms                    *alarmCounts
 	procs                     []procView
+	brokerDown                []string // processes whose broker connection is down
 }
 
 // readReports reads and sums the fresh reports at now.
@@ -362,6 +380,9 @@ func (s *fleetStats) readReports(ctx context.Context, now time.Time) (fleetRepor
 			continue
 		}
 		f.procs = append(f.procs, procView{Name: name, Roles: b.Roles, AgeMS: now.UnixMilli() - r.At})
+		if b.BrokerDown {
+			f.brokerDown = append(f.brokerDown, name)
+		}
 		f.minute = f.minute.plus(b.Minute)
 		if b.RecentSpanMS > 0 {
 			f.signalsPerSec += float64(b.Recent.Signals) * 1000 / float64(b.RecentSpanMS)
@@ -386,6 +407,7 @@ func (s *fleetStats) readReports(ctx context.Context, now time.Time) (fleetRepor
 		}
 	}
 	sort.Slice(f.procs, func(i, j int) bool { return f.procs[i].Name < f.procs[j].Name })
+	slices.Sort(f.brokerDown)
 	f.lag = quantiles(lag)
 	return f, nil
 }
@@ -487,10 +509,15 @@ func (s *fleetStats) compute(ctx context.Context) (statsView, error) {
 		v.Watermark.AgeMS = max(now.UnixMilli()-wm, 0)
 		v.Watermark.Outage = v.Watermark.AgeMS > s.outageAfter.Milliseconds()
 	}
+	if k := len(outs); k > 0 && outs[k-1].GraceFrom > 0 && outs[k-1].End > now.UnixMilli() {
+		v.Watermark.GraceUntil = outs[k-1].End
+	}
 	f, err := s.readReports(ctx, now)
 	if err != nil {
 		return v, err
 	}
+	v.Watermark.BrokerDown = f.brokerDown
+	v.Watermark.Outage = v.Watermark.Outage || len(f.brokerDown) > 0
 	v.SignalsPerSec, v.LostPerSec = round1(f.signalsPerSec), round1(f.lostPerSec)
 	v.LastMinute, v.FireLag, v.Processes = f.minute, f.lag, f.procs
 	if f.alarms != nil {
@@ -575,10 +602,20 @@ func printStats(w io.Writer, v statsView) {
 	default:
 		fmt.Fprintf(w, "watermark: %dms old\n", wm.AgeMS)
 	}
+	if len(wm.BrokerDown) > 0 {
+		fmt.Fprintf(w, "MQTT broker connection lost: %s\n", strings.Join(wm.BrokerDown, ", "))
+	}
+	if wm.GraceUntil > 0 {
+		fmt.Fprintf(w, "reconnect grace after a broker restart until %s\n", time.UnixMilli(wm.GraceUntil).UTC().Format(time.RFC3339))
+	}
 	if len(wm.Outages) > 0 {
 		fmt.Fprintf(w, "outages: %d recorded, the latest:", wm.OutagesTotal)
 		for _, o := range wm.Outages {
-			fmt.Fprintf(w, " %s (%s)", time.UnixMilli(o.Start).UTC().Format(time.RFC3339), time.Duration(o.End-o.Start)*time.Millisecond)
+			fmt.Fprintf(w, " %s (%s", time.UnixMilli(o.Start).UTC().Format(time.RFC3339), time.Duration(o.End-o.Start)*time.Millisecond)
+			if o.GraceFrom > 0 {
+				fmt.Fprintf(w, ", %s of it reconnect grace", time.Duration(o.End-o.GraceFrom)*time.Millisecond)
+			}
+			fmt.Fprint(w, ")")
 		}
 		fmt.Fprintln(w)
 	}

@@ -45,13 +45,16 @@ type statsJSON struct {
 		Count int64    `json:"count"`
 	} `json:"fire_lag"`
 	Watermark struct {
-		At           int64 `json:"at"`
-		AgeMS        int64 `json:"age_ms"`
-		Outage       bool  `json:"outage"`
-		OutagesTotal int64 `json:"outages_total"`
+		At           int64    `json:"at"`
+		AgeMS        int64    `json:"age_ms"`
+		Outage       bool     `json:"outage"`
+		BrokerDown   []string `json:"broker_down"`
+		GraceUntil   int64    `json:"grace_until"`
+		OutagesTotal int64    `json:"outages_total"`
 		Outages      []struct {
-			Start int64 `json:"start"`
-			End   int64 `json:"end"`
+			Start     int64 `json:"start"`
+			End       int64 `json:"end"`
+			GraceFrom int64 `json:"grace_from"`
 		} `json:"outages"`
 	} `json:"watermark"`
 	Shards struct {

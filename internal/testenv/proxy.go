@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Proxy is a TCP forwarder in front of a server. Hold stops forwarding in
@@ -22,7 +23,9 @@ type Proxy struct {
 	held  bool
 	seen  []byte // bytes read from clients while held
 	conns []net.Conn
-	wg    sync.WaitGroup
+	// refuseUntil: connections accepted before then are closed at once.
+	refuseUntil time.Time
+	wg          sync.WaitGroup
 }
 
 // NewProxy forwards a listener on 127.0.0.1 to target until the test ends.
@@ -63,6 +66,19 @@ func (p *Proxy) Release() {
 	p.mu.Unlock()
 }
 
+// Cut closes every connection through the proxy, as a network failure
+// between client and server does, and refuses new ones for d; the server
+// stays up and sees each connection end.
+func (p *Proxy) Cut(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refuseUntil = time.Now().Add(d)
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
 // HeldContains reports whether clients wrote s while the proxy was held.
 func (p *Proxy) HeldContains(s string) bool {
 	p.mu.Lock()
@@ -75,6 +91,13 @@ func (p *Proxy) accept() {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
+		}
+		p.mu.Lock()
+		refused := time.Now().Before(p.refuseUntil)
+		p.mu.Unlock()
+		if refused {
+			c.Close()
+			continue
 		}
 		s, err := net.Dial("tcp", p.target)
 		if err != nil {

@@ -405,7 +405,7 @@ function renderCounters(s, sh) {
   // Redis time and this browser's clock differ by a little: never show a negative age.
   if (wmAge !== undefined) counter(dl, 'watermark age', ms(Math.max(0, wmAge)), wmAge > 5000 ? 'bad' : '');
   const outage = s ? outageText(s) : '';
-  if (outage) counter(dl, 'outages', outage, outage === 'in progress' ? 'bad' : '');
+  if (outage) counter(dl, 'outages', outage, outage.startsWith('in progress') ? 'bad' : outage.startsWith('reconnect grace') ? 'warn' : '');
   const procs = s && Array.isArray(s.processes) ? s.processes : null;
   if (procs) {
     counter(dl, 'processes', num(procs.length));
@@ -421,19 +421,26 @@ function timersOn(sh) {
   return sh.timers > 0 || (sh.list || []).some((s) => s.timers_owner);
 }
 
-// outageText says whether ingest is in an outage now (its watermark stalled),
-// or when the last recorded one ended.
+// outageText says whether ingest is in an outage now (its watermark stalled,
+// or a process lost the MQTT broker), whether devices are in their reconnect
+// grace after a broker restart, or when the last recorded outage ended.
 function outageText(s) {
   const w = pick(s, 'watermark');
   if (!w || typeof w !== 'object') return '';
-  if (w.outage) return 'in progress';
+  if (w.outage) return Array.isArray(w.broker_down) && w.broker_down.length ? 'in progress: MQTT broker lost' : 'in progress';
+  if (typeof w.grace_until === 'number' && w.grace_until > 0) {
+    return 'reconnect grace after a broker restart, ends ' + until(w.grace_until);
+  }
   const list = Array.isArray(w.outages) ? w.outages : [];
   const total = typeof w.outages_total === 'number' ? w.outages_total : list.length;
   if (list.length === 0) return total ? num(total) + ' recorded' : 'none';
   const last = list[list.length - 1] || {};
   const end = pick(last, 'end');
   const start = pick(last, 'start');
-  const len = typeof end === 'number' && typeof start === 'number' ? ' (' + ms(end - start) + ')' : '';
+  const grace = pick(last, 'grace_from');
+  let len = typeof end === 'number' && typeof start === 'number' ? ' (' + ms(end - start) : '';
+  if (len && typeof grace === 'number' && grace > 0) len += ', ' + ms(end - grace) + ' of it reconnect grace';
+  if (len) len += ')';
   return num(total) + ', last ended ' + ago(end) + len;
 }
 

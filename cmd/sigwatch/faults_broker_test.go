@@ -1,0 +1,321 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/sigwatch/sigwatch/internal/servers"
+	"github.com/sigwatch/sigwatch/internal/testenv"
+)
+
+// Broker blips (README guarantee 6): losing the broker is an outage from
+// the moment the connection is lost, whatever its length, and after a
+// broker restart devices get ingest.reconnect_grace to come back before
+// their silence counts again.
+const (
+	blipThreshold = 2 * time.Second
+	blipGrace     = 2 * time.Second
+	// blipReconnect bounds how long after the broker is back sigwatch is
+	// subscribed again: paho's back-off (capped at 2s) and the subscription.
+	blipReconnect = 3 * time.Second
+	// blipJitter is how long a device waits before each reconnection
+	// attempt, at most.
+	blipJitter = time.Second
+	// blipLag is the fire lag allowed beyond the outage rule's bound.
+	blipLag = 1500 * time.Millisecond
+)
+
+// blipBroker is the broker a blip test kills and restarts.
+type blipBroker struct {
+	url     string
+	kill    func()
+	restart func() error
+}
+
+// TestBrokerBlipLosesNoLiveDevice kills the broker (Mosquitto: kill -9; the
+// NATS MQTT listener: its server shut down) and restarts it after 0.3 s,
+// 1 s, 2 s and 5 s, under 600 devices that signal every 300 ms on
+// connections of their own and reconnect with up to 1 s of jitter. No
+// device that kept signalling is reported lost (the bug: hundreds were
+// after a blip shorter than ingest.outage_after); devices silenced just
+// before each crash are reported once, never early, and a threshold after
+// the grace ends at the latest. With two processes in a shared group, with
+// one process consuming alone, and on the NATS MQTT listener.
+func TestBrokerBlipLosesNoLiveDevice(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		procs int
+		group string
+		nats  bool
+	}{
+		{"shared", 2, "sigwatch", false},
+		{"single", 1, "", false},
+		{"nats-mqtt", 1, "", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := testenv.New(t, testenv.Options{Mosquitto: !c.nats, NATS: true})
+			b := blipBroker{}
+			if c.nats {
+				n, err := servers.StartNATS(filepath.Join(t.TempDir(), "mqtt"), servers.NATSOptions{MQTT: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(n.Shutdown)
+				b = blipBroker{url: n.MQTTURL, kill: n.Shutdown, restart: n.Restart}
+			} else {
+				m := env.Mosquitto
+				b = blipBroker{url: m.URL, kill: func() { _ = m.Kill() }, restart: m.Restart}
+			}
+			brokerBlips(t, env, b, c.procs, c.group)
+		})
+	}
+}
+
+func brokerBlips(t *testing.T, env *testenv.Env, b blipBroker, procs int, group string) {
+	settings := []string{
+		"SIGWATCH_MQTT_BROKERS=" + b.url,
+		"SIGWATCH_THRESHOLDS_DEFAULT=" + blipThreshold.String(),
+		"SIGWATCH_INGEST_RECONNECT_GRACE=" + blipGrace.String(),
+		"SIGWATCH_MQTT_SHARED_GROUP=" + group,
+		"SIGWATCH_LOG_LEVEL=info",
+	}
+	addr := freeAddr(t)
+	for i := range procs {
+		s := append(settings, fmt.Sprintf("SIGWATCH_MQTT_CLIENT_ID=sigwatch-%d", i))
+		if i == 0 {
+			s = append(s, "SIGWATCH_HTTP_ADDR="+addr)
+		}
+		startProc(t, env, fmt.Sprintf("p%d", i), s...)
+	}
+	lost := watchLost(t, env)
+	f := startJitterFleet(t, b.url, 600, 300*time.Millisecond)
+	testenv.WaitFor(t, 20*time.Second, "every device signalling", f.allSignalled)
+	time.Sleep(blipThreshold)
+
+	back := map[string]time.Time{} // silenced device -> when the broker was back
+	next := 0
+	for _, down := range []time.Duration{300 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second} {
+		// Devices that go silent just before the crash: their deadlines
+		// fall inside the blip, and they must still be reported.
+		var silenced []string
+		for range 10 {
+			id := f.ids[next*7]
+			next++
+			f.silence(id)
+			silenced = append(silenced, id)
+		}
+		time.Sleep(50 * time.Millisecond)
+		b.kill()
+		time.Sleep(down)
+		if err := b.restart(); err != nil {
+			t.Fatal(err)
+		}
+		up := time.Now()
+		for _, id := range silenced {
+			back[id] = up
+		}
+		t.Logf("broker down for %v", time.Since(up.Add(-down)).Round(time.Millisecond))
+		// Devices reconnect, sigwatch reconnects, the grace runs, then a
+		// threshold: anything falsely lost shows by then.
+		neverLiveLost(t, lost, f.devices, blipReconnect+blipGrace+blipThreshold+blipLag)
+	}
+	waitAllLost(t, lost, f.devices, 20*time.Second)
+	checkExactlySilenced(t, lost, f.devices, blipThreshold)
+	for id, evs := range byDevice(lost) {
+		latest := back[id].Add(blipReconnect + blipGrace + blipThreshold + blipLag)
+		for _, ev := range evs {
+			if at := time.UnixMilli(ev.FiredAt); at.After(latest) {
+				t.Errorf("device %s reported lost %v after the broker was back, want at most %v (reconnection, grace, threshold)",
+					id, at.Sub(back[id]).Round(time.Millisecond), latest.Sub(back[id]))
+			}
+		}
+	}
+	st := blipStats(t, addr)
+	t.Logf("outages: %d recorded, the latest %+v", st.Watermark.OutagesTotal, st.Watermark.Outages)
+	graces := 0
+	for _, o := range st.Watermark.Outages {
+		if o.GraceFrom > 0 {
+			graces++
+		}
+	}
+	if st.Watermark.OutagesTotal < 4 || graces < 4 {
+		t.Errorf("got %d outages, %d of the latest with a reconnect grace; want each of the 4 broker restarts recorded with its grace",
+			st.Watermark.OutagesTotal, graces)
+	}
+}
+
+// TestOwnConnectionCutNoGrace cuts sigwatch's own connection to a broker
+// that stays up (a proxy between them drops it and refuses it for 1.5 s)
+// while the broker keeps its persistent session and the devices' signals:
+// the gap is an outage, but not a broker restart, so no reconnect grace is
+// applied. Devices silenced just before the cut are reported within the
+// outage rule's bound (the grace is set to 30 s: applying it would show),
+// and no live device is reported lost.
+func TestOwnConnectionCutNoGrace(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
+	proxy := testenv.NewProxy(t, env.Mosquitto.Addr)
+	addr := freeAddr(t)
+	startProc(t, env, "sigwatch",
+		"SIGWATCH_MQTT_BROKERS=tcp://"+proxy.Addr,
+		"SIGWATCH_THRESHOLDS_DEFAULT="+blipThreshold.String(),
+		"SIGWATCH_INGEST_RECONNECT_GRACE=30s",
+		"SIGWATCH_MQTT_SHARED_GROUP=",
+		"SIGWATCH_HTTP_ADDR="+addr,
+		"SIGWATCH_LOG_LEVEL=info")
+	lost := watchLost(t, env)
+	f := startJitterFleet(t, env.Mosquitto.URL, 300, 300*time.Millisecond)
+	testenv.WaitFor(t, 20*time.Second, "every device signalling", f.allSignalled)
+	time.Sleep(blipThreshold)
+
+	var cut time.Time
+	for round := range 2 {
+		for i := range 10 {
+			f.silence(f.ids[round*50+i*3])
+		}
+		time.Sleep(50 * time.Millisecond)
+		cut = time.Now()
+		proxy.Cut(1500 * time.Millisecond)
+		neverLiveLost(t, lost, f.devices, blipReconnect+2*blipThreshold+blipLag)
+	}
+	waitAllLost(t, lost, f.devices, 20*time.Second)
+	checkExactlySilenced(t, lost, f.devices, blipThreshold)
+	for id, evs := range byDevice(lost) {
+		for _, ev := range evs {
+			// The outage ends when sigwatch is back; the rule moves a
+			// deadline inside it to a threshold after.
+			latest := time.UnixMilli(ev.Deadline).Add(1500*time.Millisecond + blipReconnect + blipThreshold + blipLag)
+			if at := time.UnixMilli(ev.FiredAt); at.After(latest) {
+				t.Errorf("device %s reported %v after its deadline, want at most %v: no grace after a cut of our own connection",
+					id, at.Sub(time.UnixMilli(ev.Deadline)).Round(time.Millisecond), latest.Sub(time.UnixMilli(ev.Deadline)))
+			}
+		}
+	}
+	st := blipStats(t, addr)
+	t.Logf("outages: %+v (last cut at %d)", st.Watermark.Outages, cut.UnixMilli())
+	if st.Watermark.OutagesTotal < 2 {
+		t.Errorf("got %d outages, want each cut recorded", st.Watermark.OutagesTotal)
+	}
+	for _, o := range st.Watermark.Outages {
+		if o.GraceFrom != 0 {
+			t.Errorf("outage %+v has a reconnect grace; want none for a cut of sigwatch's own connection", o)
+		}
+	}
+}
+
+// blipOutages is the part of GET /v1/stats the blip tests read.
+type blipOutages struct {
+	Watermark struct {
+		OutagesTotal int64 `json:"outages_total"`
+		Outages      []struct {
+			Start     int64 `json:"start"`
+			End       int64 `json:"end"`
+			GraceFrom int64 `json:"grace_from"`
+		} `json:"outages"`
+	} `json:"watermark"`
+}
+
+func blipStats(t *testing.T, addr string) blipOutages {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/v1/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v blipOutages
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// jitterFleet is a fleet whose devices each have a connection of their
+// own, as real devices do: when it is lost, each waits up to blipJitter
+// before every reconnection attempt.
+type jitterFleet struct {
+	*devices
+}
+
+func startJitterFleet(t *testing.T, broker string, n int, period time.Duration) *jitterFleet {
+	t.Helper()
+	d := &devices{t: t, period: period, silentAt: map[string]time.Time{}, last: map[string]time.Time{}}
+	for i := range n {
+		d.ids = append(d.ids, fmt.Sprintf("blip-%04d", i))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i, id := range d.ids {
+		wg.Go(func() { runJitterDevice(ctx, d, broker, id, uint64(i)) })
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return &jitterFleet{d}
+}
+
+func (f *jitterFleet) allSignalled() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.last) == len(f.ids)
+}
+
+// runJitterDevice connects, signals every period while it is not silenced,
+// and reconnects after a random wait when its connection is gone.
+func runJitterDevice(ctx context.Context, d *devices, broker, id string, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 42))
+	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker).SetClientID(id).SetCleanSession(true).
+		SetAutoReconnect(false).SetConnectTimeout(time.Second).SetKeepAlive(5 * time.Second).SetOrderMatters(false))
+	defer c.Disconnect(0)
+	// Devices start spread over a period.
+	tick := time.NewTimer(time.Duration(rng.Int64N(int64(d.period))))
+	defer tick.Stop()
+	wait := func(dur time.Duration) bool {
+		tick.Reset(dur)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+			return true
+		}
+	}
+	if !wait(0) {
+		return
+	}
+	for {
+		if !c.IsConnectionOpen() {
+			if tok := c.Connect(); !tok.WaitTimeout(2*time.Second) || tok.Error() != nil {
+				if !wait(time.Duration(rng.Int64N(int64(blipJitter)))) {
+					return
+				}
+				continue
+			}
+		}
+		d.mu.Lock()
+		_, silent := d.silentAt[id]
+		d.mu.Unlock()
+		if !silent {
+			sent := time.Now()
+			tok := c.Publish("devices/"+id+"/signal", 1, false, []byte{})
+			if tok.WaitTimeout(2*time.Second) && tok.Error() == nil {
+				d.mu.Lock()
+				d.last[id] = sent
+				d.mu.Unlock()
+			} else if !c.IsConnectionOpen() {
+				// The connection is gone: wait before reconnecting.
+				if !wait(time.Duration(rng.Int64N(int64(blipJitter)))) {
+					return
+				}
+				continue
+			}
+		}
+		if !wait(d.period) {
+			return
+		}
+	}
+}
