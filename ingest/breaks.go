@@ -60,6 +60,13 @@ func (b *breaks) noticed(now int64) {
 	b.lastLost = now
 }
 
+// lastLoss returns when the connection was last seen lost (0: never).
+func (b *breaks) lastLoss() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return max(b.lastLost, b.lostAt)
+}
+
 // lose records, before a reconnection attempt at now, that the connection
 // is lost.
 func (b *breaks) lose(now int64) {

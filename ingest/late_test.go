@@ -158,3 +158,56 @@ func TestOldReadingDoesNotRecover(t *testing.T) {
 		t.Errorf("deadline of p = %d, want %d", got, want)
 	}
 }
+
+// redelivered is a message as the broker hands over a QoS 1 redelivery: the
+// DUP flag set.
+type redelivered struct {
+	topic string
+	acked chan struct{}
+}
+
+func (m redelivered) Duplicate() bool   { return true }
+func (m redelivered) Qos() byte         { return 1 }
+func (m redelivered) Retained() bool    { return false }
+func (m redelivered) Topic() string     { return m.topic }
+func (m redelivered) MessageID() uint16 { return 1 }
+func (m redelivered) Payload() []byte   { return nil }
+func (m redelivered) Ack()              { close(m.acked) }
+
+// Invariant 8 for redeliveries: a message the broker delivers again (DUP)
+// was first delivered before the connection was last lost, however much
+// later it comes and whatever probes came back before it (the NATS MQTT
+// listener redelivers what was unacked at a restart an ack wait later,
+// behind newer probes). It recovers no lost device, and is stamped no later
+// than the loss; a watched device's deadline is not pushed past it.
+func TestRedeliveryIsNotNew(t *testing.T) {
+	r := newRig(t, testenv.Options{Mosquitto: true})
+	recovered := testenv.Record[dispatch.Recovered](t, r.nc, r.pub.Subjects().Prefix+".recovered.>")
+	ctx := context.Background()
+	const thr = 30 * time.Second
+	run := r.start(t, Options{ClientID: "dup-a"})
+	testenv.WaitFor(t, 5*time.Second, "a probe back", func() bool { return run.src.evidence.Load() > 0 })
+	// The connection was lost a minute ago, and the device lost since.
+	lostConn := time.Now().Add(-time.Minute).UnixMilli()
+	run.src.breaks.noticed(lostConn)
+	lost := time.Now().Add(-time.Second).UnixMilli()
+	if err := r.store.MarkLost(ctx, "d", lost, lost); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"d", "fresh"} {
+		m := redelivered{topic: "devices/" + id + "/signal", acked: make(chan struct{})}
+		run.src.onMessage(nil, m)
+		select {
+		case <-m.acked:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("redelivery of %s not acked", id)
+		}
+	}
+	if _, ok := r.deadline(t, "d"); ok || testutil.ToFloat64(run.m.stale) != 1 {
+		t.Errorf("d watched again (%v), stale_signals_total %v: a redelivery brought a lost device back", ok, testutil.ToFloat64(run.m.stale))
+	}
+	if got, want := mustDeadline(t, r, "fresh"), lostConn+thr.Milliseconds(); got > want {
+		t.Errorf("deadline of a device first seen in a redelivery = %d, want at most %d: stamped no later than the connection loss", got, want)
+	}
+	testenv.Never(t, 200*time.Millisecond, "a recovered event", func() bool { return recovered.Len() > 0 })
+}

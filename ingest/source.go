@@ -567,11 +567,23 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 		s.dead.refuse(err, topic, m, now)
 		return
 	}
+	// A redelivery (DUP) was first delivered before the connection was last
+	// lost, if it was since: it is stamped no later. A broker that keeps a
+	// session's messages in a stream (the NATS MQTT listener) redelivers
+	// what was unacked when the connection broke an ack wait later, behind
+	// newer probes, so the probes are no evidence of when it had it.
+	dup := m.Duplicate()
+	if l := s.breaks.lastLoss(); dup && l > 0 && l < at.UnixMilli() {
+		at = time.UnixMilli(l)
+	}
 	sig := s.pipe.signal(id, typ, group, at, m, nil)
 	// A device's own older time is weaker evidence, and is what it is
 	// judged by. Without evidence, nothing shows the signal is newer than
-	// any loss.
+	// any loss: a redelivery brings no lost device back.
 	sig.lo = min(ev, sig.at)
+	if dup {
+		sig.lo = 0
+	}
 	// An error means ingest is stopping: the message stays unacked. A
 	// persistent session gets it again next run; a clean (shared) one loses
 	// it, so the member then stays in its group's watermark.

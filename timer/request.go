@@ -107,7 +107,11 @@ func (l Limits) Reset(queue, id string, r Request, now time.Time) (shard.TimerRe
 		return shard.TimerReset{}, fmt.Errorf(`%w: give "after" (e.g. "30s") or "at" (unix ms)`, ErrBadTimer)
 	}
 	if deadline > now.Add(l.MaxAfter).UnixMilli() {
-		return shard.TimerReset{}, fmt.Errorf("%w: deadline %d is more than %v ahead", ErrBadTimer, deadline, l.MaxAfter)
+		field := "at"
+		if r.After != nil {
+			field = "after"
+		}
+		return shard.TimerReset{}, fmt.Errorf("%w: %s: deadline %d is more than %v ahead", ErrBadTimer, field, deadline, l.MaxAfter)
 	}
 	out := shard.TimerReset{Member: shard.TimerMember(queue, id), Deadline: deadline}
 	switch r.Mode {
@@ -160,9 +164,11 @@ func parseAfter(raw json.RawMessage) (time.Duration, error) {
 	} else {
 		var ms int64
 		if ms, err = strconv.ParseInt(string(s), 10, 64); err == nil {
-			d = time.Duration(ms) * time.Millisecond
-			if ms > int64(1<<62/time.Millisecond) {
+			// Checked before it is multiplied: -2^63 ms wraps to 0 ns.
+			if ms < 0 || ms > int64(1<<62/time.Millisecond) {
 				err = errors.New("out of range")
+			} else {
+				d = time.Duration(ms) * time.Millisecond
 			}
 		}
 	}

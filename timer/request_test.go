@@ -31,6 +31,7 @@ func TestResetRefusesBadInput(t *testing.T) {
 		{"q", "x", Request{}, ErrBadTimer},
 		{"q", "x", Request{After: json.RawMessage(`"soon"`)}, ErrBadTimer},
 		{"q", "x", Request{After: json.RawMessage(`-5`)}, ErrBadTimer},
+		{"q", "x", Request{At: new(int64(-9223372036854775808))}, ErrBadTimer},
 		{"q", "x", Request{After: json.RawMessage(`"1s"`), At: new(int64(5))}, ErrBadTimer},
 		{"q", "x", Request{At: new(int64(0))}, ErrBadTimer},
 		{"q", "x", Request{After: json.RawMessage(`"9000h"`)}, ErrBadTimer},
@@ -39,6 +40,15 @@ func TestResetRefusesBadInput(t *testing.T) {
 	} {
 		if _, err := l.Reset(c.queue, c.id, c.r, now); !errors.Is(err, c.want) {
 			t.Errorf("Reset(%q, %q, %+v) = %v, want %v", c.queue, c.id, c.r, err, c.want)
+		}
+	}
+	// A negative, overflowing or too distant duration is refused, naming
+	// the field: -2^63 ms once wrapped to 0 and was taken as "now".
+	for _, after := range []string{`-5`, `-9223372036854775808`, `9223372036854775807`, `"-9223372036854775808ns"`,
+		`"-1ms"`, `"2562047h47m16.854775808s"`, `"9000h"`, `1e3`} {
+		if _, err := l.Reset("q", "x", Request{After: json.RawMessage(after)}, now); !errors.Is(err, ErrBadTimer) ||
+			!strings.Contains(err.Error(), "after") {
+			t.Errorf("after %s: got %v, want ErrBadTimer naming after", after, err)
 		}
 	}
 	r, err := l.Reset("orders_1-A", "meter/7 #?", Request{After: json.RawMessage(`1500`), Mode: "set", Payload: json.RawMessage(` { "a" : 1 } `)}, now)
@@ -73,6 +83,10 @@ func FuzzDecodeResets(f *testing.F) {
 			q, id, ok := shard.SplitTimerMember(tr.Member)
 			if !ok || q != queue || id != r.ID || CheckQueue(q) != nil || len(tr.Payload) > l.MaxPayload {
 				t.Fatalf("accepted %+v as %+v", r, tr)
+			}
+			// Whatever after was, a deadline it gave is never in the past.
+			if r.After != nil && tr.Deadline < now.UnixMilli() {
+				t.Fatalf("after %s accepted as deadline %d, before now %d", r.After, tr.Deadline, now.UnixMilli())
 			}
 			if tr.Payload != nil && !json.Valid(tr.Payload) {
 				t.Fatalf("payload %q is not JSON", tr.Payload)
