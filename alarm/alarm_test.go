@@ -37,7 +37,9 @@ type harness struct {
 	timers *shard.Store
 	rtopo  *shard.Watcher
 	pub    *dispatch.Publisher
-	js     jetstream.JetStream
+	// apub, when set, is the publisher alarm replicas get instead of pub.
+	apub *dispatch.Publisher
+	js   jetstream.JetStream
 	in     *ingest.Ingest
 	log    *slog.Logger
 	// notes are the alarm notifications and recovered events stored in the
@@ -155,7 +157,11 @@ func (h *harness) alarmsWith(replica string, p Policy, with func(*Options)) (*Al
 	if h.clock != nil {
 		opts.Now = h.clock.Now
 	}
-	a, err := New(opts, h.store, h.topo, h.timers, h.rtopo, h.pub, nil, h.log.With("replica", replica))
+	pub := h.pub
+	if h.apub != nil {
+		pub = h.apub
+	}
+	a, err := New(opts, h.store, h.topo, h.timers, h.rtopo, pub, nil, h.log.With("replica", replica))
 	if err != nil {
 		h.t.Fatal(err)
 	}

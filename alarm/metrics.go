@@ -56,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		stormsActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "storms_active",
 			Help: "Storms going on, by scope, counted like active."}, []string{"scope"}),
 		delayed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "notifications_delayed_total",
-			Help: "Notifications the rate limits (alarm.rate, alarm.rate_total) gave a later send slot, by type."}, []string{"type"}),
+			Help: "Notifications the rate limits (alarm.rate, alarm.rate_total) gave a later send slot, by subject token (the type, or \"other\" beyond nats.max_types)."}, []string{"type"}),
 		coalesced: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "notifications_coalesced_total",
 			Help: "Repeats replaced by a later repeat of the same alarm while waiting for their send slot."}),
 		delay: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "notification_delay_seconds",

@@ -6,8 +6,6 @@ import (
 	"math"
 	"slices"
 	"time"
-
-	"github.com/sigwatch/sigwatch/dispatch"
 )
 
 // Rate limits protect what consumes the notifications. Options.Rate caps
@@ -71,7 +69,9 @@ func (a *Alarms) slots(ctx context.Context, id string, st *State, now int64) ([]
 	var idx []int
 	for j, n := range st.Pending {
 		if n.Slot == 0 && !n.Muted {
-			types = append(types, dispatch.SanitizeType(n.Type))
+			// Paced per subject: every type beyond nats.max_types shares
+			// the subject (and the pace) of "other".
+			types = append(types, a.pub.Subjects().Token(n.Type))
 			idx = append(idx, j)
 		}
 	}
@@ -95,7 +95,7 @@ func (a *Alarms) slots(ctx context.Context, id string, st *State, now int64) ([]
 func (a *Alarms) counted(notes []Note, now int64) {
 	for _, n := range notes {
 		if n.Slot > now {
-			a.m.delayed.WithLabelValues(dispatch.SanitizeType(n.Type)).Inc()
+			a.m.delayed.WithLabelValues(a.pub.Subjects().Token(n.Type)).Inc()
 		}
 		a.m.delay.Observe(float64(max(n.Slot-n.At, 0)) / 1e3)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
@@ -187,6 +188,53 @@ func TestRatePacesOneType(t *testing.T) {
 	}
 	if n := testenv.Observations(t, a.m.delay); n != 50 {
 		t.Errorf("notification_delay_seconds observed %d times, want 50", n)
+	}
+}
+
+// TestRatePacesPerSubject proves that alarm.rate paces what a consumer of a
+// subject receives: with nats.max_types at 1, ten types share the subject
+// sigwatch.alarm.other beyond the first, and that subject gets no more
+// than the rate, not the rate for each type in it. The delayed counter's
+// type label takes only the subject tokens.
+func TestRatePacesPerSubject(t *testing.T) {
+	h := newHarness(t)
+	var err error
+	if h.apub, err = dispatch.New(h.ctx, h.nc, dispatch.Options{AckWait: 2 * time.Second, MaxTypes: 1}); err != nil {
+		t.Fatal(err)
+	}
+	a := h.rateAlarms("a", longPolicy(), 2, 0)
+	var ids []string
+	for k := range 10 {
+		ids = append(ids, h.loseAll(fmt.Sprintf("sub%d", k), fmt.Sprintf("type%d", k), 2)...)
+	}
+	h.waitRaised(ids, 60*time.Second)
+	raised := raisedOnce(t, h.storedNotes(), ids)
+	bySubject := map[string][]storedNote{}
+	for _, n := range raised {
+		bySubject[n.Subject] = append(bySubject[n.Subject], n)
+	}
+	other := bySubject["sigwatch.alarm.other"]
+	if len(other) < 16 || len(bySubject) != 2 {
+		t.Fatalf("notifications by subject: %d subjects, %d on sigwatch.alarm.other; want 2 subjects, at least 16 of 20 on other", len(bySubject), len(other))
+	}
+	checkPaced(t, "subject sigwatch.alarm.other", other, 2, latenessBound(t, a), time.Duration(len(other)-1)*Spacing(2))
+	labels := map[string]bool{}
+	ch := make(chan prometheus.Metric, 64)
+	a.m.delayed.Collect(ch)
+	close(ch)
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range d.GetLabel() {
+			labels[l.GetValue()] = true
+		}
+	}
+	for l := range labels {
+		if l != "other" && l != "type0" {
+			t.Errorf("notifications_delayed_total has type label %q: labels must be subject tokens (type0 or other)", l)
+		}
 	}
 }
 

@@ -67,6 +67,15 @@ func (s Subjects) Recovered(typ string) string {
 	return s.prefix() + ".recovered." + s.types.token(typ)
 }
 
+// Token is the subject token events of device type typ go out under: the
+// sanitised type, or OtherType beyond nats.max_types. What is paced or
+// counted per subject is keyed by it, so that its keys are bounded by
+// configuration, never by input.
+func (s Subjects) Token(typ string) string {
+	tok, _ := s.types.admit(typ)
+	return tok
+}
+
 // Alarm is the subject of alarm notifications for a device type.
 func (s Subjects) Alarm(typ string) string { return s.prefix() + ".alarm." + s.types.token(typ) }
 

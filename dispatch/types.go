@@ -52,24 +52,34 @@ func newTypeTokens(configured []string, max int, reg prometheus.Registerer, log 
 
 // token is the subject token of typ.
 func (t *typeTokens) token(typ string) string {
-	tok := SanitizeType(typ)
-	if t == nil {
-		return tok
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	switch {
-	case t.known[tok]:
-		return tok
-	case t.free > 0:
-		t.free--
-		t.known[tok] = true
+	tok, over := t.admit(typ)
+	if !over {
 		return tok
 	}
 	t.over.Inc()
 	if t.log != nil {
 		t.warn.Warn(t.log, "types", "device type beyond nats.max_types: its events go out under the subject token \"other\" (the body keeps the type); configure the type under thresholds.types or raise nats.max_types",
-			"type", tok, "max_types", len(t.known)-2)
+			"type", SanitizeType(typ))
 	}
 	return OtherType
+}
+
+// admit returns the subject token of typ, admitting it if there is room,
+// and whether it is OtherType because there was none.
+func (t *typeTokens) admit(typ string) (string, bool) {
+	tok := SanitizeType(typ)
+	if t == nil {
+		return tok, false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.known[tok]:
+		return tok, false
+	case t.free > 0:
+		t.free--
+		t.known[tok] = true
+		return tok, false
+	}
+	return OtherType, true
 }
