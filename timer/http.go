@@ -13,6 +13,13 @@ import (
 // MaxBatch bounds the resets of one POST /v1/timers/{queue}.
 const MaxBatch = 10_000
 
+// MaxBatchBody bounds the body of one POST /v1/timers/{queue} with
+// timers.max_payload at maxPayload: 4 MiB of small resets (about 400 B
+// each at the most resets) and room for 8 payloads of the largest size.
+// The body is decoded whole before anything is stored, so it is what one
+// request may hold in memory; more goes in more requests.
+func MaxBatchBody(maxPayload int) int64 { return 4<<20 + 8*int64(maxPayload) }
+
 // Routes adds the timer API to mux:
 //
 //	PUT    /v1/timers/{queue}/{id}  one reset → {"queue","id","deadline"}
@@ -97,7 +104,7 @@ func (s *Service) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var reqs []Request
-	if !s.decode(w, r, int64(MaxBatch)*(int64(s.opts.Limits.MaxPayload)/16+512), &reqs) {
+	if !s.decode(w, r, MaxBatchBody(s.opts.Limits.MaxPayload), &reqs) {
 		return
 	}
 	if len(reqs) > MaxBatch {
@@ -141,7 +148,7 @@ func (s *Service) decode(w http.ResponseWriter, r *http.Request, limit int64, v 
 	case err == nil:
 		return true
 	case errors.As(err, new(*http.MaxBytesError)):
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes (timers.max_payload is %d)", limit, s.opts.Limits.MaxPayload))
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes (timers.max_payload is %d); send a larger batch in several requests", limit, s.opts.Limits.MaxPayload))
 	default:
 		writeError(w, http.StatusBadRequest, `body must be JSON: {"after": "30s" | "at": unix-ms, "mode": "extend" | "set", "payload": any JSON} (an array of them, each with "id", for a batch): `+err.Error())
 	}
