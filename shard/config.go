@@ -101,15 +101,19 @@ type ThresholdsConfig struct {
 // configured.
 func DefaultThresholdsConfig() ThresholdsConfig { return ThresholdsConfig{Default: 30 * time.Second} }
 
-// Validate refuses thresholds that are not positive.
+// MaxThreshold bounds every threshold: the default, a type's and a
+// device's override.
+const MaxThreshold = 366 * 24 * time.Hour
+
+// Validate refuses thresholds that are not positive or above MaxThreshold.
 func (c ThresholdsConfig) Validate() error {
 	var errs []error
-	if c.Default <= 0 {
-		errs = append(errs, errors.New("thresholds.default must be positive"))
+	if c.Default <= 0 || c.Default > MaxThreshold {
+		errs = append(errs, fmt.Errorf("thresholds.default must be positive and at most %v", MaxThreshold))
 	}
 	for t, d := range c.Types {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("thresholds.types.%s must be positive", t))
+		if d <= 0 || d > MaxThreshold {
+			errs = append(errs, fmt.Errorf("thresholds.types.%s must be positive and at most %v", t, MaxThreshold))
 		}
 	}
 	return errors.Join(errs...)

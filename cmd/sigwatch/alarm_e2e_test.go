@@ -335,6 +335,17 @@ func TestAlarmAPIRefusals(t *testing.T) {
 		{"POST", "/v1/mutes", map[string]string{"type": "b"}, http.StatusBadRequest},
 		{"POST", "/v1/mutes", map[string]string{"type": "b", "until": "2001-01-01T00:00:00Z"}, http.StatusBadRequest},
 		{"DELETE", "/v1/mutes/none", nil, http.StatusNotFound},
+		// Durations and times are range-checked.
+		{"POST", "/v1/devices/nobody/ack", map[string]string{"for": "-1h"}, http.StatusBadRequest},
+		{"POST", "/v1/devices/nobody/ack", map[string]string{"for": "100000h"}, http.StatusBadRequest},
+		{"POST", "/v1/mutes", map[string]any{"type": "b", "until": 1e300}, http.StatusBadRequest},
+		{"POST", "/v1/mutes", map[string]any{"type": "b", "until": -9.223372036854775808e18}, http.StatusBadRequest},
+		{"POST", "/v1/mutes", map[string]any{"type": "b", "until": 1.5e12 + 0.5}, http.StatusBadRequest},
+		{"POST", "/v1/mutes", map[string]string{"type": "b", "until": "9223372036854775807"}, http.StatusBadRequest},
+		{"POST", "/v1/mutes", map[string]string{"type": "b", "until": "2999-01-01T00:00:00Z"}, http.StatusBadRequest},
+		{"PUT", "/v1/devices/d1/threshold", map[string]string{"threshold": "-1s"}, http.StatusBadRequest},
+		{"PUT", "/v1/devices/d1/threshold", map[string]string{"threshold": "9000h"}, http.StatusBadRequest},
+		{"POST", "/v1/signals", []map[string]any{{"device": "d1", "ts": -1}}, http.StatusBadRequest},
 		{"POST", "/v1/mutes", map[string]string{"type": "b", "until": time.Now().Add(time.Hour).Format(time.RFC3339)}, http.StatusCreated},
 	}
 	for _, c := range cases {

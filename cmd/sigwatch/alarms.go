@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -33,9 +34,12 @@ func (a *App) withAlarms(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// maxWindow bounds how far ahead an ack or a mute may end.
+const maxWindow = 10 * 366 * 24 * time.Hour
+
 // window reads the end of an ack or a mute: "until" (RFC 3339, or unix ms
-// as a number or a string) or "for" (a Go duration from now). Neither gives
-// the zero time.
+// as a number or a string) or "for" (a Go duration from now), at most
+// maxWindow ahead. Neither gives the zero time.
 func window(until json.RawMessage, dur string, now time.Time) (time.Time, error) {
 	const use = `give "until" as RFC 3339 or unix ms, or "for" as a duration such as 30m`
 	u := strings.TrimSpace(string(until))
@@ -44,8 +48,8 @@ func window(until json.RawMessage, dur string, now time.Time) (time.Time, error)
 		return time.Time{}, errors.New("give either until or for, not both")
 	case dur != "":
 		d, err := time.ParseDuration(dur)
-		if err != nil || d <= 0 {
-			return time.Time{}, fmt.Errorf("for %q: %s", dur, use)
+		if err != nil || d <= 0 || d > maxWindow {
+			return time.Time{}, fmt.Errorf("for %q: %s, positive and at most %v", dur, use, maxWindow)
 		}
 		return now.Add(d), nil
 	case u == "" || u == "null":
@@ -55,18 +59,31 @@ func window(until json.RawMessage, dur string, now time.Time) (time.Time, error)
 	if err := json.Unmarshal(until, &v); err != nil {
 		return time.Time{}, errors.New(use)
 	}
+	var (
+		t  time.Time
+		ok bool
+	)
 	switch x := v.(type) {
 	case float64:
-		return time.UnixMilli(int64(x)), nil
-	case string:
-		if ms, err := strconv.ParseInt(x, 10, 64); err == nil {
-			return time.UnixMilli(ms), nil
+		// Whole milliseconds within what a time holds, checked before the
+		// conversion, which is undefined beyond int64.
+		if ok = x == math.Trunc(x) && math.Abs(x) < 1<<53; ok {
+			t = time.UnixMilli(int64(x))
 		}
-		if t, err := time.Parse(time.RFC3339, x); err == nil {
-			return t, nil
+	case string:
+		if ms, err := strconv.ParseInt(x, 10, 64); err == nil && ms > -(1<<53) && ms < 1<<53 {
+			t, ok = time.UnixMilli(ms), true
+		} else if p, err := time.Parse(time.RFC3339, x); err == nil {
+			t, ok = p, true
 		}
 	}
-	return time.Time{}, fmt.Errorf("until %s: %s", u, use)
+	switch {
+	case !ok:
+		return time.Time{}, fmt.Errorf("until %s: %s", u, use)
+	case t.After(now.Add(maxWindow)):
+		return time.Time{}, fmt.Errorf("until %s is more than %v ahead", u, maxWindow)
+	}
+	return t, nil
 }
 
 // postAck is POST /v1/devices/{id}/ack with an optional body

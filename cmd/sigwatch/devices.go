@@ -167,8 +167,8 @@ func (a *App) putThreshold(w http.ResponseWriter, r *http.Request) {
 	var d time.Duration
 	if body.Threshold != "" {
 		var err error
-		if d, err = time.ParseDuration(body.Threshold); err != nil || d < 0 {
-			writeError(w, http.StatusBadRequest, "threshold must be a non-negative Go duration such as 90s or 5m")
+		if d, err = time.ParseDuration(body.Threshold); err != nil || d < 0 || d > shard.MaxThreshold {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("threshold must be a Go duration such as 90s or 5m, from 0 to %v", shard.MaxThreshold))
 			return
 		}
 	}
