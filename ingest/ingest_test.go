@@ -395,6 +395,7 @@ func (m *fakeMessage) Topic() string   { return m.topic }
 func (m *fakeMessage) Payload() []byte { return m.payload }
 func (m *fakeMessage) Ack()            { close(m.acked) }
 func (m *fakeMessage) Retained() bool  { return false }
+func (m *fakeMessage) Duplicate() bool { return false }
 
 func TestControlCharactersAreRefused(t *testing.T) {
 	r := newRig(t, testenv.Options{})

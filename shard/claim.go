@@ -102,6 +102,8 @@ type Settled struct {
 // KEYS[2]: lease key of the shard
 // KEYS[3]: optional payload HASH of the shard: a removed member's payload
 // goes with it
+// KEYS[4]: with KEYS[3], the firing marks of the shard: every fired
+// member's is cleared
 // ARGV[1]: lease value the caller holds
 // ARGV[2]: number of fired members n
 // ARGV[3 .. 2+2n]: fired id, claimed score pairs (removed if unchanged)
@@ -117,6 +119,7 @@ local n = tonumber(ARGV[2])
 local removed, moved, revived = 0, 0, {}
 for i = 3, 2 + 2*n, 2 do
   local cur = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if KEYS[4] then redis.call('HDEL', KEYS[4], ARGV[i]) end
   if cur then
     if tonumber(cur) == tonumber(ARGV[i+1]) then
       redis.call('ZREM', KEYS[1], ARGV[i])
@@ -152,7 +155,7 @@ func (s *Store) Settle(ctx context.Context, f Family, i int, lease Lease, fired 
 	}
 	keys := []string{s.k.Timers(f, i), s.k.Owner(i)}
 	if f == Timers {
-		keys = append(keys, s.k.TimerPayloads(i))
+		keys = append(keys, s.k.TimerPayloads(i), s.k.TimersFiring(i))
 	}
 	v, err := settleScript.exec(ctx, s.c, keys, args).Tuple(3)
 	if err != nil {

@@ -16,8 +16,10 @@
 //	               decides which absent ids may be added
 //	timers.go      Arm, Set, Score(s), Remove, Size, Head
 //	queues.go      the generic timers of named queues (family Timers):
-//	               resets with payloads, Get, Cancel, moving timers across a
-//	               doubling, fired marks for the crossing rule
+//	               the write fence, resets with payloads, Get, the payloads
+//	               of firing timers, fired marks for the crossing rule
+//	queuemoves.go  generic timers across a doubling: writes that carry a
+//	               moved timer first, the carry, cancels
 //	claim.go       Claim, Settle (compare-and-remove, compare-and-move)
 //	lease.go       leases (Acquire, Renew, Release, Owner) and scanner
 //	               membership (Heartbeat, Leave)

@@ -70,3 +70,7 @@ func (s *Store) Calls(ctx context.Context, cmd string) int64 {
 func (s *Store) DropMember(ctx context.Context, group, id string) error {
 	return s.c.Do(ctx, s.c.B().Srem().Key(s.k.GroupMembers(group)).Member(id).Build()).Error()
 }
+
+// OnMoveRead makes w run f in MoveTimers between reading the old copies
+// and carrying them.
+func (w *Writer) OnMoveRead(f func()) { w.moveRead = f }

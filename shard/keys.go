@@ -54,6 +54,16 @@ func (k Keys) Fence(i int) string { return k.shardKey(i, "fence"+k.lease) }
 // a timer and its payload change together.
 func (k Keys) TimerPayloads(i int) string { return k.shardKey(i, "tp") }
 
+// TimersCarried is the HASH of shard i marking the generic timers carried
+// into it by the doubling that drains (member -> 1): a carry writes a
+// timer only once (see carryScript).
+func (k Keys) TimersCarried(i int) string { return k.shardKey(i, "tc") }
+
+// TimersFiring is the HASH of shard i marking the generic timers whose
+// event is being published (member -> deadline), from the read of their
+// payloads to the settle (see firingScript).
+func (k Keys) TimersFiring(i int) string { return k.shardKey(i, "tx") }
+
 // TimersFired is the HASH of the registry partition of member holding the
 // deadline at which a generic timer last fired while a doubling drained
 // (member -> unix ms): the crossing rule reads it.

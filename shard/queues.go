@@ -37,69 +37,67 @@ type TimerReset struct {
 	ClearPayload bool
 }
 
-// plain reports whether r is a reset the native write path can take: it
-// only pushes a deadline later and leaves the payload alone.
-func (r TimerReset) plain() bool { return !r.Set && r.Payload == nil && !r.ClearPayload }
-
-// resetTimersScript writes resets that set a deadline exactly or touch a
-// payload, fenced by writerFence.
-// A timer that was absent loses any payload left of an earlier life.
+// timerFence opens every script that writes the generic timers of a shard:
+// writerFence (the floor, the generation), and the layout: a writer that
+// knows fewer shards than the shard's layout allows is refused (STALE), as
+// device removals are (fenceLua). A doubling raises the layout of every
+// old shard before it is published, so once a timer may have moved, its
+// old copy takes no write from anyone: it only fires, or is carried to its
+// new shard (MoveTimers), where every later write goes.
 //
-// KEYS[1]: timer ZSET of one shard; KEYS[2]: layout HASH; KEYS[3]: payloads
+// KEYS[2]: layout HASH of the shard
 // ARGV[1]: epoch of the writer's topology (0: not checked)
 // ARGV[2]: the writer's generation ("" to skip the check)
-// ARGV[3..]: quads of mode ("e" extend, "s" set), deadline, member and
-// payload op: "k" keep, "c" clear, "p"..payload set, "m"..payload set if
-// the timer has none (a copy moved by a doubling).
-var resetTimersScript = newScript(writerFence + `
-for i = 3, #ARGV, 4 do
+// ARGV[3]: the writer's shard count
+const timerFence = writerFence + `
+if tonumber(redis.call('HGET', KEYS[2], 'shards') or '0') > tonumber(ARGV[3]) then
+  return redis.error_reply('STALE topology of ' .. ARGV[3] .. ' shards')
+end
+`
+
+// resetTimersScript writes resets of generic timers, fenced by timerFence.
+// An extend moves a deadline only later, a set to exactly its deadline. A
+// timer that was absent loses any payload left of an earlier life. A reset
+// that changes the payload of a timer being fired at the deadline it keeps
+// (its payload already read for the event, see firingScript) moves it a
+// millisecond later: the fire's compare-and-remove then keeps it, and it
+// fires again with the new payload.
+//
+// KEYS[1]: timer ZSET of one shard; KEYS[2]: layout HASH; KEYS[3]: payloads;
+// KEYS[4]: the shard's firing marks (member -> deadline)
+// ARGV[1..3]: see timerFence
+// ARGV[4..]: quads of mode ("e" extend, "s" set), deadline, member and
+// payload op: "k" keep, "c" clear, "p"..payload set
+// Returns: 1, or the error STALE or LOSTDATA.
+var resetTimersScript = newScript(timerFence + `
+for i = 4, #ARGV, 4 do
   local m = ARGV[i+2]
-  local had = redis.call('ZSCORE', KEYS[1], m)
-  if ARGV[i] == 's' then
-    redis.call('ZADD', KEYS[1], ARGV[i+1], m)
-  else
-    redis.call('ZADD', KEYS[1], 'GT', ARGV[i+1], m)
-  end
+  local had = tonumber(redis.call('ZSCORE', KEYS[1], m))
+  local d = tonumber(ARGV[i+1])
+  if ARGV[i] == 'e' and had and had > d then d = had end
   local op = string.sub(ARGV[i+3], 1, 1)
+  if had and d == had and op ~= 'k' and tonumber(redis.call('HGET', KEYS[4], m)) == had then
+    local cur = redis.call('HGET', KEYS[3], m)
+    if (op == 'c' and cur) or (op == 'p' and cur ~= string.sub(ARGV[i+3], 2)) then d = had + 1 end
+  end
+  redis.call('ZADD', KEYS[1], string.format('%d', d), m)
   if op == 'p' then
     redis.call('HSET', KEYS[3], m, string.sub(ARGV[i+3], 2))
-  elseif op == 'm' then
-    redis.call('HSETNX', KEYS[3], m, string.sub(ARGV[i+3], 2))
   elseif op == 'c' or not had then
     redis.call('HDEL', KEYS[3], m)
   end
 end
 return 1`)
 
-// ResetTimersAt writes resets placed in byShard under the topology of
-// epoch (0: not checked). Shards whose floor is above epoch refuse theirs
-// and are returned in refused. Resets that only push a deadline later take
-// the native path of UpsertAt; the others go through resetTimersScript.
-func (s *Store) ResetTimersAt(ctx context.Context, epoch int64, byShard map[int][]TimerReset) (refused []int, err error) {
-	plain := make(map[int][]Entry)
-	var (
-		rest  []int
-		execs []rueidis.LuaExec
-	)
-	ep, gen := strconv.FormatInt(epoch, 10), s.Generation()
+// resetTimersAt writes resets placed in byShard under topology t. Shards
+// that refuse theirs (t is older than the shard's floor or layout) are
+// returned in refused.
+func (s *Store) resetTimersAt(ctx context.Context, t Topology, byShard map[int][]TimerReset) (refused []int, err error) {
+	shards := make([]int, 0, len(byShard))
+	execs := make([]rueidis.LuaExec, 0, len(byShard))
 	for i, rs := range byShard {
-		// A timer with a reset the script must write has all its resets of
-		// the batch written there, in order.
-		scripted := make(map[string]bool)
+		args := append(make([]string, 0, 3+4*len(rs)), strconv.FormatInt(t.Epoch, 10), s.Generation(), strconv.Itoa(t.Shards))
 		for _, r := range rs {
-			if !r.plain() {
-				scripted[r.Member] = true
-			}
-		}
-		var args []string
-		for _, r := range rs {
-			if !scripted[r.Member] {
-				plain[i] = append(plain[i], Entry{ID: r.Member, Deadline: r.Deadline})
-				continue
-			}
-			if args == nil {
-				args = append(make([]string, 0, 2+4*len(rs)), ep, gen)
-			}
 			mode, op := "e", "k"
 			if r.Set {
 				mode = "s"
@@ -112,210 +110,22 @@ func (s *Store) ResetTimersAt(ctx context.Context, epoch int64, byShard map[int]
 			}
 			args = append(args, mode, strconv.FormatInt(r.Deadline, 10), r.Member, op)
 		}
-		if args != nil {
-			rest = append(rest, i)
-			execs = append(execs, rueidis.LuaExec{Keys: []string{s.k.Timers(Timers, i), s.k.Layout(i), s.k.TimerPayloads(i)}, Args: args})
-		}
-	}
-	if len(plain) > 0 {
-		if _, refused, err = s.UpsertAt(ctx, Timers, epoch, plain, nil); err != nil {
-			return refused, err
-		}
+		shards = append(shards, i)
+		execs = append(execs, rueidis.LuaExec{Keys: []string{s.k.Timers(Timers, i), s.k.Layout(i), s.k.TimerPayloads(i), s.k.TimersFiring(i)}, Args: args})
 	}
 	for j, r := range resetTimersScript.execMulti(ctx, s.c, execs...) {
 		switch rerr := r.Error(); {
 		case rerr == nil:
 		case errors.Is(rerr, ErrStaleTopology):
-			if !containsInt(refused, rest[j]) {
-				refused = append(refused, rest[j])
-			}
+			refused = append(refused, shards[j])
 		default:
 			s.lossSeen(rerr)
 			if err == nil {
-				err = fmt.Errorf("shard: reset timers in shard %d: %w", rest[j], rerr)
+				err = fmt.Errorf("shard: reset timers in shard %d: %w", shards[j], rerr)
 			}
 		}
 	}
 	return refused, err
-}
-
-func containsInt(xs []int, x int) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
-}
-
-// ResetTimers places rs under the writer's topology and writes them (see
-// Store.ResetTimersAt), placing again what a shard refused. While a
-// doubling drains, a timer that moved is carried to its new shard whole
-// (MoveTimers) before the reset is written there, so that its old copy
-// neither holds its deadline later than a reset set it nor fires with an
-// old payload. It may be retried.
-func (w *Writer) ResetTimers(ctx context.Context, rs []TimerReset) error {
-	if t := w.current(); t.Draining() {
-		var moved []string
-		for _, r := range rs {
-			if Of(r.Member, t.Prev) != Of(r.Member, t.Shards) {
-				moved = append(moved, r.Member)
-			}
-		}
-		if len(moved) > 0 {
-			if err := w.MoveTimers(ctx, moved, 0); err != nil {
-				return err
-			}
-		}
-	}
-	return placed(ctx, w, rs, func(r TimerReset) string { return r.Member }, func(epoch int64, by map[int][]TimerReset) ([]int, error) {
-		return w.store.ResetTimersAt(ctx, epoch, by)
-	})
-}
-
-// MoveTimers carries the copies of members still in their old shard while
-// a doubling drains to their new shard, with their payloads, and removes
-// the old copies if unchanged meanwhile. A copy due before notBefore (unix
-// ms, 0: none) stays: it fires from where it is. Between the two writes
-// both copies hold the same deadline, and the crossing rule fires only the
-// new one.
-func (w *Writer) MoveTimers(ctx context.Context, members []string, notBefore int64) error {
-	t := w.current()
-	if !t.Draining() || len(members) == 0 {
-		return nil
-	}
-	s := w.store
-	cmds := make(rueidis.Commands, 0, 2*len(members))
-	for _, m := range members {
-		i := Of(m, t.Prev)
-		cmds = append(cmds, s.c.B().Zscore().Key(s.k.Timers(Timers, i)).Member(m).Build(),
-			s.c.B().Hget().Key(s.k.TimerPayloads(i)).Field(m).Build())
-	}
-	rs := s.c.DoMulti(ctx, cmds...)
-	var (
-		carry []TimerReset
-		old   []Entry
-	)
-	for j, m := range members {
-		sc, err := rs[2*j].AsFloat64()
-		if rueidis.IsRedisNil(err) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("shard: move timers: %w", err)
-		}
-		if int64(sc) < notBefore {
-			continue
-		}
-		r := TimerReset{Member: m, Deadline: int64(sc)}
-		switch p, err := rs[2*j+1].ToString(); {
-		case err == nil:
-			r.Payload = append([]byte("m"), p...)
-		case !rueidis.IsRedisNil(err):
-			return fmt.Errorf("shard: move timers: %w", err)
-		}
-		carry, old = append(carry, r), append(old, Entry{ID: m, Deadline: int64(sc)})
-	}
-	if len(carry) == 0 {
-		return nil
-	}
-	err := placed(ctx, w, carry, func(r TimerReset) string { return r.Member }, func(epoch int64, by map[int][]TimerReset) ([]int, error) {
-		return s.moveTimersAt(ctx, epoch, by)
-	})
-	if err != nil {
-		return err
-	}
-	return s.removeTimersIf(ctx, t.Prev, old)
-}
-
-// moveTimersAt writes carried copies: extend, payload set only if absent
-// (the "m" op, which ResetTimersAt's encoding cannot express).
-func (s *Store) moveTimersAt(ctx context.Context, epoch int64, by map[int][]TimerReset) ([]int, error) {
-	ep, gen := strconv.FormatInt(epoch, 10), s.Generation()
-	var (
-		shards []int
-		execs  []rueidis.LuaExec
-	)
-	for i, rs := range by {
-		args := append(make([]string, 0, 2+4*len(rs)), ep, gen)
-		for _, r := range rs {
-			op := "k"
-			if r.Payload != nil {
-				op = string(r.Payload) // already "m"..payload
-			}
-			args = append(args, "e", strconv.FormatInt(r.Deadline, 10), r.Member, op)
-		}
-		shards = append(shards, i)
-		execs = append(execs, rueidis.LuaExec{Keys: []string{s.k.Timers(Timers, i), s.k.Layout(i), s.k.TimerPayloads(i)}, Args: args})
-	}
-	var refused []int
-	for j, r := range resetTimersScript.execMulti(ctx, s.c, execs...) {
-		switch err := r.Error(); {
-		case err == nil:
-		case errors.Is(err, ErrStaleTopology):
-			refused = append(refused, shards[j])
-		default:
-			s.lossSeen(err)
-			return refused, fmt.Errorf("shard: move timers to shard %d: %w", shards[j], err)
-		}
-	}
-	return refused, nil
-}
-
-// removeIfScript removes members whose score is still the given one, with
-// their payloads.
-//
-// KEYS[1]: timer ZSET; KEYS[2]: payloads; ARGV: member, score pairs
-var removeIfScript = newScript(`
-local n = 0
-for i = 1, #ARGV, 2 do
-  local cur = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if cur and tonumber(cur) == tonumber(ARGV[i+1]) then
-    redis.call('ZREM', KEYS[1], ARGV[i])
-    redis.call('HDEL', KEYS[2], ARGV[i])
-    n = n + 1
-  end
-end
-return n`)
-
-// removeTimersIf removes the copies es from their shards among n, each only
-// if its score is unchanged.
-func (s *Store) removeTimersIf(ctx context.Context, n int, es []Entry) error {
-	by := Place(es, n)
-	execs := make([]rueidis.LuaExec, 0, len(by))
-	for i, es := range by {
-		args := make([]string, 0, 2*len(es))
-		for _, e := range es {
-			args = append(args, e.ID, strconv.FormatInt(e.Deadline, 10))
-		}
-		execs = append(execs, rueidis.LuaExec{Keys: []string{s.k.Timers(Timers, i), s.k.TimerPayloads(i)}, Args: args})
-	}
-	for _, r := range removeIfScript.execMulti(ctx, s.c, execs...) {
-		if err := r.Error(); err != nil {
-			return fmt.Errorf("shard: remove moved timers: %w", err)
-		}
-	}
-	return nil
-}
-
-// timerShards are the shards a timer may be in: its shard under the
-// topology read now, under the previous shard count while a doubling
-// drains, and under twice the count, should a doubling be published after
-// the read.
-func timerShards(t Topology, member string) []int {
-	out := []int{Of(member, t.Shards)}
-	add := func(n int) {
-		if n >= 1 && n <= MaxShards {
-			if i := Of(member, n); !containsInt(out, i) {
-				out = append(out, i)
-			}
-		}
-	}
-	if t.Prev != 0 {
-		add(t.Prev)
-	}
-	add(2 * t.Shards)
-	return out
 }
 
 // Timer is a generic timer as stored.
@@ -367,35 +177,6 @@ func (s *Store) GetTimer(ctx context.Context, member string) (Timer, bool, error
 	return out, found, nil
 }
 
-// cancelScript removes a timer and its payload from one shard.
-// KEYS[1]: timer ZSET; KEYS[2]: payloads; ARGV[1]: member
-var cancelScript = newScript(`
-redis.call('HDEL', KEYS[2], ARGV[1])
-return redis.call('ZREM', KEYS[1], ARGV[1])`)
-
-// CancelTimer removes the timer of member from every shard it may be in,
-// and reports whether there was one.
-func (s *Store) CancelTimer(ctx context.Context, member string) (bool, error) {
-	t, err := s.Topology(ctx)
-	if err != nil {
-		return false, err
-	}
-	shards := timerShards(t, member)
-	execs := make([]rueidis.LuaExec, len(shards))
-	for j, i := range shards {
-		execs[j] = rueidis.LuaExec{Keys: []string{s.k.Timers(Timers, i), s.k.TimerPayloads(i)}, Args: []string{member}}
-	}
-	removed := false
-	for _, r := range cancelScript.execMulti(ctx, s.c, execs...) {
-		n, err := r.AsInt64()
-		if err != nil {
-			return false, fmt.Errorf("shard: cancel timer: %w", err)
-		}
-		removed = removed || n > 0
-	}
-	return removed, nil
-}
-
 // TimerPayloads returns the payload of each member of shard i (nil where it
 // has none), in one round trip.
 func (s *Store) TimerPayloads(ctx context.Context, i int, members []string) ([][]byte, error) {
@@ -413,6 +194,69 @@ func (s *Store) TimerPayloads(ctx context.Context, i int, members []string) ([][
 		}
 	}
 	return out, nil
+}
+
+// firingScript reads the payloads of claimed timers for their events, each
+// only if its deadline is still the one it was claimed at (a reset that
+// landed since leaves it to be claimed again), and marks each one read as
+// firing at that deadline until the settle: a reset that then changes its
+// payload moves it (see resetTimersScript), so that no event carries a
+// payload older than the timer's and none is lost.
+//
+// KEYS[1]: timer ZSET of one shard; KEYS[2]: payloads; KEYS[3]: firing
+// marks (member -> deadline)
+// ARGV[1]: how long the marks are kept, ms; ARGV[2..]: member, claimed
+// deadline pairs
+// Returns: per member "p"..payload, "n" (no payload) or "x" (moved since
+// the claim, or gone).
+var firingScript = newScript(`
+local out = {}
+for i = 2, #ARGV, 2 do
+  local cur = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if not cur or tonumber(cur) ~= tonumber(ARGV[i+1]) then
+    out[#out+1] = 'x'
+  else
+    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i+1])
+    local p = redis.call('HGET', KEYS[2], ARGV[i])
+    if p then out[#out+1] = 'p' .. p else out[#out+1] = 'n' end
+  end
+end
+redis.call('PEXPIRE', KEYS[3], ARGV[1])
+return out`)
+
+// firingKeep is how long the firing marks outlive their last use, should
+// an owner die before settling: the next owner claims the timer again.
+const firingKeep = time.Hour
+
+// FiringPayloads returns, for timers of shard i claimed due at their
+// deadlines es, the payload of each (nil where it has none), and which
+// changed since the claim (firing them now would fire a stale timer).
+func (s *Store) FiringPayloads(ctx context.Context, i int, es []Entry) (payloads [][]byte, changed []bool, err error) {
+	if len(es) == 0 {
+		return nil, nil, nil
+	}
+	args := make([]string, 0, 1+2*len(es))
+	args = append(args, strconv.FormatInt(firingKeep.Milliseconds(), 10))
+	for _, e := range es {
+		args = append(args, e.ID, strconv.FormatInt(e.Deadline, 10))
+	}
+	vs, err := firingScript.exec(ctx, s.c, []string{s.k.Timers(Timers, i), s.k.TimerPayloads(i), s.k.TimersFiring(i)}, args).AsStrSlice()
+	if err == nil && len(vs) != len(es) {
+		err = fmt.Errorf("%d answers for %d timers", len(vs), len(es))
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("shard: payloads of firing timers of shard %d: %w", i, err)
+	}
+	payloads, changed = make([][]byte, len(es)), make([]bool, len(es))
+	for j, v := range vs {
+		switch {
+		case v == "x":
+			changed[j] = true
+		case len(v) > 0 && v[0] == 'p':
+			payloads[j] = []byte(v[1:])
+		}
+	}
+	return payloads, changed, nil
 }
 
 // firedKeep is how long a fired mark of a generic timer is kept after its
@@ -460,22 +304,6 @@ func (s *Store) TimersFired(ctx context.Context, members []string) ([]int64, err
 		case !rueidis.IsRedisNil(err):
 			return nil, fmt.Errorf("shard: timers fired: %w", err)
 		}
-	}
-	return out, nil
-}
-
-// MovedTimers returns the generic timers of shard i that belong to another
-// shard among n (moved by the doubling that drains), at most about limit.
-func (s *Store) MovedTimers(ctx context.Context, i, n, limit int) ([]string, error) {
-	var out []string
-	err := s.scanMembers(ctx, s.k.Timers(Timers, i), func(m string) bool {
-		if Of(m, n) != i {
-			out = append(out, m)
-		}
-		return len(out) < limit
-	})
-	if err != nil {
-		return out, fmt.Errorf("shard: scan timers of shard %d: %w", i, err)
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -84,6 +85,10 @@ type Watcher struct {
 	interval time.Duration
 	log      *slog.Logger
 	cur      atomic.Pointer[Topology]
+	// reading serialises Refresh: of two reads that overlap, the older
+	// must not be compared with what the newer stored, as if Redis had
+	// gone back.
+	reading sync.Mutex
 	// lower, if set, is told of a topology read below the one in force:
 	// Redis lost or rolled it back.
 	lower atomic.Pointer[func(seen, read Topology)]
@@ -122,6 +127,8 @@ func (w *Watcher) Current() Topology { return *w.cur.Load() }
 
 // Refresh reads the topology now.
 func (w *Watcher) Refresh(ctx context.Context) (Topology, error) {
+	w.reading.Lock()
+	defer w.reading.Unlock()
 	t, err := w.store.Topology(ctx)
 	if err != nil {
 		return w.Current(), err

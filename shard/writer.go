@@ -22,6 +22,10 @@ type Writer struct {
 
 	mu       sync.Mutex
 	inflight map[int64]int // epoch -> writes under way placed under it
+
+	// moveRead, in tests, runs in MoveTimers between reading the old
+	// copies and carrying them.
+	moveRead func()
 }
 
 // NewWriter returns a writer named name (unique among the live writers,

@@ -3,6 +3,7 @@ package timer
 import (
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,5 +93,35 @@ func TestDoublingCarriesLongTimersAndFiresEachOnce(t *testing.T) {
 		if moved, err := h.store.CountMoved(ctx, i, 8, false); err != nil || moved != 0 {
 			t.Fatalf("shard %d holds %d moved members (%v)", i, moved, err)
 		}
+	}
+}
+
+// TestPayloadChangeWhileFiringIsNotLost proves that a reset changing the
+// payload of a timer that is being fired — claimed due, its payload read,
+// its event not yet out — is not lost: the event that was going out keeps
+// the payload it had, and the timer fires once more, a millisecond later,
+// with the new one; nothing is left stored. (The settle compared only the
+// deadline, removed the timer with its new payload, and no event ever
+// carried it.)
+func TestPayloadChangeWhileFiringIsNotLost(t *testing.T) {
+	h := newHarness(t, 2)
+	reading, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s := h.service("a", func(o *Options) {
+		o.firing = func() { once.Do(func() { close(reading); <-release }) }
+	})
+	tr := mustReset(t, s, "q", "p", Request{After: after(200 * time.Millisecond), Payload: json.RawMessage(`"old"`)})
+	<-reading
+	// The same deadline, a new payload: only the payload changes.
+	mustReset(t, s, "q", "p", Request{At: new(tr.Deadline), Payload: json.RawMessage(`"new"`)})
+	close(release)
+	evs := h.fired.WaitN(t, 5*time.Second, 2, "both events", func(dispatch.Timer) bool { return true })
+	if a, b := evs[0].Body, evs[1].Body; string(a.Payload) != `"old"` || a.Deadline != tr.Deadline ||
+		string(b.Payload) != `"new"` || b.Deadline != tr.Deadline+1 {
+		t.Errorf("events %+v then %+v; want the old payload at %d, then the new one at %d", a, b, tr.Deadline, tr.Deadline+1)
+	}
+	testenv.Never(t, time.Second, "a third event", func() bool { return h.fired.Len() > 2 })
+	if _, ok, _ := s.Get(t.Context(), "q", "p"); ok {
+		t.Error("the timer is still stored after firing with its last payload")
 	}
 }

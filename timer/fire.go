@@ -32,18 +32,24 @@ func (h *fire) Fence(ctx context.Context, l shard.Lease) (uint64, error) {
 // drains, each published one is then marked fired for the crossing rule.
 func (h *fire) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, moves []shard.Move, err error) {
 	s := h.svc
-	members := make([]string, len(b.Due))
-	for j, e := range b.Due {
-		members[j] = e.ID
-	}
-	payloads, err := s.fires.TimerPayloads(ctx, b.Shard, members)
+	payloads, changed, err := s.fires.FiringPayloads(ctx, b.Shard, b.Due)
 	if err != nil {
 		return nil, nil, fmt.Errorf("timer: shard %d: %w", b.Shard, err)
+	}
+	if s.opts.firing != nil {
+		s.opts.firing()
 	}
 	firedAt := b.Now.UnixMilli()
 	msgs := make([]dispatch.Message, 0, len(b.Due))
 	sent := make([]shard.Entry, 0, len(b.Due))
 	for j, e := range b.Due {
+		if changed[j] {
+			// Reset since the claim: not fired now, and left where it is
+			// (a move to where it was claimed changes nothing if it moved,
+			// and keeps it if it came back), to be claimed again.
+			moves = append(moves, shard.Move{ID: e.ID, From: e.Deadline, To: e.Deadline})
+			continue
+		}
 		q, id, ok := shard.SplitTimerMember(e.ID)
 		if !ok || CheckQueue(q) != nil {
 			// Not a member any writer of sigwatch writes: dropped, said once.
@@ -87,7 +93,7 @@ func (h *fire) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 		if merr := s.fires.MarkTimersFired(ctx, published); merr != nil {
 			// Not removed: claimed and published again, which
 			// de-duplication drops, and marked then.
-			return handled, nil, fmt.Errorf("timer: shard %d: %w", b.Shard, merr)
+			return handled, moves, fmt.Errorf("timer: shard %d: %w", b.Shard, merr)
 		}
 	}
 	for _, e := range published {
@@ -95,7 +101,7 @@ func (h *fire) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 		s.m.fired.Inc()
 		s.m.lag.Observe(float64(firedAt-e.Deadline) / 1e3)
 	}
-	return handled, nil, err
+	return handled, moves, err
 }
 
 // Fired returns the deadline each timer last fired at while a doubling

@@ -47,6 +47,10 @@ type Options struct {
 	// (claims, payload reads, settles), apart from the one resets are
 	// written on, so that firing does not queue behind large writes.
 	FireStore *shard.Store
+
+	// firing, in tests, runs in Fire between reading the firing timers'
+	// payloads and publishing their events.
+	firing func()
 }
 
 // Service is the generic timers of one process: resets from the API and
@@ -169,7 +173,7 @@ func (s *Service) Cancel(ctx context.Context, queue, id string) (bool, error) {
 	if err := CheckQueue(queue); err != nil {
 		return false, err
 	}
-	return s.store.CancelTimer(ctx, shard.TimerMember(queue, id))
+	return s.writer.CancelTimer(ctx, shard.TimerMember(queue, id))
 }
 
 // Limits returns the bounds a reset must keep.
