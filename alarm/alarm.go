@@ -278,7 +278,7 @@ func (a *Alarms) Remove(ctx context.Context, id string) (bool, error) {
 		return false, err
 	}
 	if a.stormsOn() {
-		if err := a.stormBack(ctx, group, id); err != nil {
+		if err := a.stormBack(ctx, []string{group}, id); err != nil {
 			a.log.Warn("removed device not taken out of its storm counts", "device", id, "err", err)
 		}
 	}

@@ -1,7 +1,6 @@
 package alarm
 
 import (
-	"cmp"
 	"context"
 
 	"github.com/sigwatch/sigwatch/dispatch"
@@ -53,14 +52,16 @@ func (e events) Recovered(ctx context.Context, ev dispatch.Recovered) error {
 	now := a.opts.Now()
 	m := a.machine(ev.Device, now)
 	var changed bool
-	group := ev.Group
+	// The device leaves the storms of the group it was lost under and of
+	// the one it is back under: it may have roamed meanwhile.
+	groups := []string{ev.Group}
 	_, err := a.apply(ctx, ev.Device, now, func(st *State) (bool, error) {
-		group = cmp.Or(group, st.Group)
+		groups = append(groups[:1], st.Group)
 		changed = m.recovered(st, ev.LostAt, ev.Type)
 		return changed, nil
 	})
 	if err == nil && a.stormsOn() {
-		err = a.stormBack(ctx, group, ev.Device)
+		err = a.stormBack(ctx, groups, ev.Device)
 	}
 	if err == nil {
 		a.m.handled("recovered", changed)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -273,24 +274,33 @@ func (a *Alarms) rememberStorm(sc string, st stormState) {
 }
 
 // stormLoss counts the loss of ev in its scopes and starts the storms it
-// completes. A device already back leaves the scopes instead.
+// completes. A device already back leaves the scopes instead, and so does
+// one found back once its loss is counted: its recovery may have been
+// handled between the two (another worker), and would have taken out
+// nothing.
 func (a *Alarms) stormLoss(ctx context.Context, ev dispatch.Lost, current int64) error {
 	scopes := scopesOf(ev.Group)
 	if current > ev.Deadline {
-		return a.stormBack(ctx, ev.Group, ev.Device)
+		return a.stormBack(ctx, []string{ev.Group}, ev.Device)
 	}
 	w := a.window(ev.Device, ev.Type).Milliseconds()
 	counts, err := a.store.StormLoss(ctx, scopes, ev.Device, ev.Deadline, ev.Deadline-w)
 	if err != nil {
 		return err
 	}
-	for j, sc := range scopes {
-		c := counts[j]
-		_, watched, err := a.consider(ctx, sc, c, false)
+	if now, err := a.current(ctx, ev.Device); err != nil || now > ev.Deadline {
 		if err != nil {
 			return err
 		}
-		if watched == 0 || c.Recent < a.opts.Storm.need(sc, watched) {
+		return a.stormBack(ctx, []string{ev.Group}, ev.Device)
+	}
+	for j, sc := range scopes {
+		c := counts[j]
+		_, watched, ok, err := a.consider(ctx, sc, c, false)
+		if err != nil {
+			return err
+		}
+		if !ok || watched == 0 || c.Recent < a.opts.Storm.need(sc, watched) {
 			continue
 		}
 		hold := a.hold(ev.Device, ev.Type).Milliseconds()
@@ -309,20 +319,30 @@ func (a *Alarms) stormLoss(ctx context.Context, ev dispatch.Lost, current int64)
 	return nil
 }
 
-// stormBack takes device id of group g out of its scopes' lost devices and
-// ends the storms that fall below their threshold.
-func (a *Alarms) stormBack(ctx context.Context, g, id string) error {
-	scopes := scopesOf(g)
+// stormBack takes device id out of the lost devices of the scopes of
+// groups (the group it was lost under, and the one it came back under if
+// it roamed) and ends the storms that fall below their threshold — also a
+// group's whose devices all roamed away: a storm ends when the devices it
+// counts are back, wherever they are now.
+func (a *Alarms) stormBack(ctx context.Context, groups []string, id string) error {
+	var scopes []string
+	for _, g := range groups {
+		for _, sc := range scopesOf(g) {
+			if !slices.Contains(scopes, sc) {
+				scopes = append(scopes, sc)
+			}
+		}
+	}
 	counts, err := a.store.StormBack(ctx, scopes, id)
 	if err != nil {
 		return err
 	}
 	for j, sc := range scopes {
-		st, watched, err := a.consider(ctx, sc, counts[j], true)
+		st, watched, ok, err := a.consider(ctx, sc, counts[j], true)
 		if err != nil {
 			return err
 		}
-		if watched == 0 {
+		if !ok {
 			continue
 		}
 		left, err := a.store.StormLostSince(ctx, sc, st.From)
@@ -347,16 +367,16 @@ func (a *Alarms) stormBack(ctx context.Context, g, id string) error {
 	return nil
 }
 
-// consider reads the storm of scope sc from c and, when it is in the
-// phase a transition could leave (going on if active, else not), the
-// scope's watched devices; otherwise watched is 0.
-func (a *Alarms) consider(ctx context.Context, sc string, c shard.StormCount, active bool) (stormState, int64, error) {
-	st, err := parseStorm(c.State)
+// consider reads the storm of scope sc from c and, when it is in the phase
+// a transition could leave (going on if active, else not: ok), the scope's
+// watched devices.
+func (a *Alarms) consider(ctx context.Context, sc string, c shard.StormCount, active bool) (st stormState, watched int64, ok bool, err error) {
+	st, err = parseStorm(c.State)
 	if err != nil || st.Active != active {
-		return st, 0, err
+		return st, 0, false, err
 	}
-	watched, err := a.watched(ctx, sc)
-	return st, watched, err
+	watched, err = a.watched(ctx, sc)
+	return st, watched, err == nil, err
 }
 
 func (a *Alarms) stormEvent(sc string, st *stormState, state string, now int64) dispatch.Storm {

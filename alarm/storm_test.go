@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/ingest"
 	"github.com/sigwatch/sigwatch/internal/testenv"
 )
 
@@ -129,6 +130,36 @@ func TestStormNeed(t *testing.T) {
 	} {
 		if got := c.need(tc.sc, tc.watched); got != tc.want {
 			t.Errorf("need(%s, %d) = %d, want %d", tc.sc, tc.watched, got, tc.want)
+		}
+	}
+}
+
+// TestLossCountedAfterItsRecoveryIsTakenBack replays a device lost and back
+// within milliseconds, its two events handled by two workers: the lost
+// handler read the device lost, the recovered handler then ran to the end
+// and took it out of no storm count (it was not in one yet), and only then
+// did the lost handler count the loss. The device, live, must not stay
+// counted in its group's or the fleet's lost devices.
+func TestLossCountedAfterItsRecoveryIsTakenBack(t *testing.T) {
+	h := newHarness(t)
+	a, _ := h.alarmsWith("r1", policy(), stormOptions(5))
+	ctx := h.ctx
+	lostAt := time.Now().Add(-time.Second).UnixMilli()
+	// Back: its deadline is later than the one it was lost at.
+	if err := h.in.Signals(ctx, []ingest.Sig{{ID: "blink", Group: "gw"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := (events{a}).Recovered(ctx, dispatch.Recovered{ID: dispatch.RecoveredID("blink", lostAt), Device: "blink",
+		Group: "gw", LostAt: lostAt, RecoveredAt: time.Now().UnixMilli()}); err != nil {
+		t.Fatal(err)
+	}
+	lost := dispatch.Lost{ID: dispatch.LostID("blink", lostAt), Device: "blink", Group: "gw", Deadline: lostAt}
+	if err := a.stormLoss(ctx, lost, 0); err != nil { // 0: read while the device was lost
+		t.Fatal(err)
+	}
+	for _, sc := range scopesOf("gw") {
+		if n, err := h.store.StormLostSince(ctx, sc, 0); err != nil || n != 0 {
+			t.Errorf("scope %s counts %d lost devices (%v) after the device came back, want 0", sc, n, err)
 		}
 	}
 }

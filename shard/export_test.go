@@ -74,3 +74,8 @@ func (s *Store) DropMember(ctx context.Context, group, id string) error {
 // OnMoveRead makes w run f in MoveTimers between reading the old copies
 // and carrying them.
 func (w *Writer) OnMoveRead(f func()) { w.moveRead = f }
+
+// InGroup reports whether id is in the membership of group g.
+func (s *Store) InGroup(ctx context.Context, g, id string) (bool, error) {
+	return s.c.Do(ctx, s.c.B().Sismember().Key(s.k.GroupMembers(g)).Member(id).Build()).AsBool()
+}

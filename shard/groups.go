@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -12,8 +13,11 @@ import (
 // each group keeps the set of its watched devices (Keys.GroupMembers) on a
 // slot of its own, so that its size is one SCARD. The two cannot change in
 // one script on a Redis Cluster: the membership is written first and the
-// group after, and every sighting of a first-seen or back device writes its
-// membership again, so a crash between the two is healed by the next one.
+// group after (by compare-and-set), and every sighting of a first-seen or
+// back device writes its membership again, so a crash between the two is
+// healed by the next one. A writer whose compare-and-set lost to another
+// (a sighting racing the API) takes the device out of the groups it added
+// it to (settleGroup): a device is in one group's membership, its own.
 
 // setGroupScript writes a device's group if it is still the one the caller
 // read.
@@ -55,11 +59,55 @@ func (s *Store) SetGroup(ctx context.Context, id, group string) (prev string, er
 		if err != nil {
 			return prev, fmt.Errorf("shard: set group: %w", err)
 		}
+		// Won: a sighting that kept prev may have put the device back in
+		// prev's membership since joinGroup took it out. Lost: another
+		// write changed the group since it was read, and the device was
+		// added to group for nothing. Either way the memberships settle.
+		if err := s.settleGroup(ctx, id, []string{prev, group}); err != nil {
+			return prev, fmt.Errorf("shard: set group: %w", err)
+		}
 		if ok == 1 {
 			return prev, nil
 		}
 	}
 	return prev, fmt.Errorf("shard: set group of %q: it keeps changing; try again", id)
+}
+
+// settleGroup makes the memberships of id agree with its group after a
+// write that added it to the groups in added lost its compare-and-set: it
+// is put in its group's membership and taken out of the others of added,
+// until a read of its group after that sees it unchanged (a group changed
+// meanwhile is settled too).
+func (s *Store) settleGroup(ctx context.Context, id string, added []string) error {
+	for range setGroupAttempts {
+		gs, err := s.Groups(ctx, []string{id})
+		if err != nil {
+			return err
+		}
+		cur := gs[0]
+		var cmds rueidis.Commands
+		if cur != "" {
+			cmds = append(cmds, s.c.B().Sadd().Key(s.k.GroupMembers(cur)).Member(id).Build())
+		}
+		for _, g := range added {
+			if g != "" && g != cur {
+				cmds = append(cmds, s.c.B().Srem().Key(s.k.GroupMembers(g)).Member(id).Build())
+			}
+		}
+		for _, r := range s.c.DoMulti(ctx, cmds...) {
+			if err := r.Error(); err != nil {
+				return fmt.Errorf("settle group membership: %w", err)
+			}
+		}
+		if gs, err = s.Groups(ctx, []string{id}); err != nil {
+			return err
+		}
+		if gs[0] == cur {
+			return nil
+		}
+		added = append(added, cur)
+	}
+	return fmt.Errorf("settle group membership of %q: its group keeps changing", id)
 }
 
 // joinGroup writes the membership of id for its move from group prev to
@@ -136,6 +184,33 @@ func (s *Store) recordGroups(ctx context.Context, ss []Sighting) {
 	for k, r := range setGroupScript.execMulti(ctx, s.c, execs...) {
 		if err := r.Error(); err != nil {
 			ss[changed[k]].Err = fmt.Errorf("shard: record group: %w", err)
+		}
+	}
+	// A device put in a group's membership here whose group is now another
+	// (the API changed it meanwhile) leaves that membership; one whose group
+	// changed here leaves the group it had, where a write that kept it may
+	// have put it back. A failure is healed by the next sighting.
+	var ids, added []string
+	for _, d := range ss {
+		if g := cmp.Or(d.Group, d.Prev.Group); d.Err == nil && g != "" {
+			ids, added = append(ids, d.ID), append(added, g)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	cur, err := s.Groups(ctx, ids)
+	if err != nil {
+		return
+	}
+	changedTo := make(map[string]string, len(changed))
+	for _, j := range changed {
+		changedTo[ss[j].ID] = ss[j].Prev.Group
+	}
+	for k, id := range ids {
+		prev, regrouped := changedTo[id]
+		if cur[k] != added[k] || regrouped {
+			_ = s.settleGroup(ctx, id, []string{added[k], prev})
 		}
 	}
 }

@@ -171,3 +171,52 @@ func TestGroupsOnRedisCluster(t *testing.T) {
 	}
 	wantSizes(t, s, map[string]int64{"site-0": 3})
 }
+
+// TestSightingRacingSetGroupLeavesOneMembership proves that a device
+// belongs to exactly one group's membership, its own, however a sighting
+// that records one group races PUT …/group setting another: 300 races of
+// a sighting (group G, or keeping its group) against SetGroup H, from a
+// device in group F. After each, the device's group is G or H, and only
+// that group's membership holds it.
+func TestSightingRacingSetGroupLeavesOneMembership(t *testing.T) {
+	ctx, s := newStore(t)
+	mismatches := 0
+	for j := range 300 {
+		id := "race-" + strings.Repeat("x", j%3) + string(rune('a'+j%26)) + time.Now().Format("150405.000000")
+		setGroup(t, s, id, "F")
+		sighting := shard.Sighting{ID: id}
+		if j%2 == 0 {
+			sighting.Group = "G"
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.SetGroup(ctx, id, "H")
+			done <- err
+		}()
+		out := s.SeenMulti(ctx, []shard.Sighting{sighting}, time.Now().UnixMilli())
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if out[0].Err != nil {
+			t.Fatal(out[0].Err)
+		}
+		gs, err := s.Groups(ctx, []string{id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range []string{"F", "G", "H"} {
+			in, err := s.InGroup(ctx, g, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if in != (g == gs[0]) {
+				if mismatches++; mismatches <= 5 {
+					t.Errorf("race %d: device in group %q, in the membership of %q: %v", j, gs[0], g, in)
+				}
+			}
+		}
+	}
+	if mismatches > 0 {
+		t.Errorf("%d memberships disagree with their device's group after 300 races", mismatches)
+	}
+}
