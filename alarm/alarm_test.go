@@ -40,8 +40,8 @@ type harness struct {
 	// apub, when set, is the publisher alarm replicas get instead of pub.
 	apub *dispatch.Publisher
 	js   jetstream.JetStream
-	in     *ingest.Ingest
-	log    *slog.Logger
+	in   *ingest.Ingest
+	log  *slog.Logger
 	// notes are the alarm notifications and recovered events stored in the
 	// stream, in stream order.
 	notes     *testenv.Recorder[dispatch.Alarm]
