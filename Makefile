@@ -42,8 +42,18 @@ FUZZTIME ?= 10s
 
 # The cmd/sigwatch tests build sigwatch with the demo tag themselves, so TestDemoShowsLostDevices runs
 # here. bench/ and deploy/check are modules of their own, which ./... does not reach.
+#
+# SLOW are the longest process-level fault tests of cmd/sigwatch, which mostly wait out thresholds,
+# leases and outages: they run in a go test of their own beside ./..., so that cmd/sigwatch is not
+# one long line of them while the other packages are long done. Its output is shown when it ends.
+SLOW := ^(TestBrokerBlipLosesNoLiveDevice|TestStalledReplicaBringsNothingBack|TestTimersFireOnceAcrossFaults|TestHealthzStaysOKWhileRedisIsDown|TestNATSClusterFailover|TestClockSkewTwoProcesses|TestTwoProcessesKillOne|TestRedisEverySecKilled|TestRedisRestartedEmpty|TestRedisClusterMasterFailover|TestRedisSentinelFailover)$$
+
 test: test-deps lint
-	$(GO) test -race -count=1 -timeout 18m ./...
+	@slow=$$(mktemp); \
+	$(GO) test -race -count=1 -timeout 18m -run '$(SLOW)' ./cmd/sigwatch > $$slow 2>&1 & pid=$$!; \
+	$(GO) test -race -count=1 -timeout 18m -skip '$(SLOW)' ./...; rc=$$?; \
+	wait $$pid; src=$$?; echo "--- cmd/sigwatch, the slow fault tests:"; cat $$slow; rm -f $$slow; \
+	[ $$rc -eq 0 ] && [ $$src -eq 0 ]
 	cd bench && $(GO) test -race -count=1 -timeout 12m ./...
 	cd deploy/check && $(GO) test -count=1 -timeout 10m ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
