@@ -39,8 +39,9 @@ const OutagesCap = 100_000
 // keep ms before new (keep 0: none), and the oldest beyond cap. The list
 // thus only grows or changes at its end and shrinks at its start. grace
 // (a string, "0": none) is when a reconnect grace ending the outage began;
-// an entry is "start:end" or "start:end:grace". It returns how many
-// outages the cap dropped.
+// a merged outage keeps the grace of the one that ends it. An entry is
+// "start:end" or "start:end:grace". It returns how many outages the cap
+// dropped.
 const recordOutage = `
 local function entry(s, e, g)
   if g > 0 then return string.format('%d:%d:%d', s, e, g) end
@@ -52,8 +53,10 @@ local function record(key, cur, new, keep, cap, grace)
   local ls, le, lg
   if last then ls, le, lg = string.match(last, '^(%d+):(%d+):?(%d*)$') end
   if le and tonumber(le) >= s and tonumber(ls) <= e then
-    if g == 0 then g = tonumber(lg) or 0 end
-    redis.call('LSET', key, -1, entry(math.min(s, tonumber(ls)), math.max(e, tonumber(le)), g))
+    -- The grace is the one that ends the merged outage.
+    le, lg = tonumber(le), tonumber(lg) or 0
+    if e < le or (e == le and lg > g) then g = lg end
+    redis.call('LSET', key, -1, entry(math.min(s, tonumber(ls)), math.max(e, le), g))
   else
     redis.call('RPUSH', key, entry(s, e, g))
   end
