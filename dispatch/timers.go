@@ -98,10 +98,15 @@ func (p *Publisher) TimerResets(ctx context.Context, ackWait time.Duration, maxA
 		MaxMsgs:     -1,
 	}
 	s, err := p.js.Stream(ctx, want.Name)
-	switch {
-	case errors.Is(err, jetstream.ErrStreamNotFound):
-		s, err = p.js.CreateOrUpdateStream(ctx, want)
-	case err == nil && !sameTimerStream(s.CachedInfo().Config, want):
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		// Created, not created-or-updated: a replica that finds it made
+		// meanwhile by another must not update it (below, it does only if
+		// it differs).
+		if s, err = p.js.CreateStream(ctx, want); errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s, err = p.js.Stream(ctx, want.Name)
+		}
+	}
+	if err == nil && !sameTimerStream(s.CachedInfo().Config, want) {
 		// Updated only when it differs: every replica starts here, and
 		// nats-server's stream update races with another replica's
 		// consumer creation on the same stream (seen under -race).

@@ -39,6 +39,8 @@
 //   - options.go: Options, their defaults and rules (QoS 0, 1 or 2).
 //   - source.go: the source — the paho clients, onMessage, evidence and
 //     stamps, probe publishing, the hand-over of a leaving group member.
+//   - broker.go: what the broker says of itself in $SYS: its version
+//     (vetting its order), its drops, its uptime.
 //   - pipeline.go: the pipeline's intake (in-flight bound, enqueue) and the
 //     collector that cuts batches per shard.
 //   - flush.go: the pipeline's flush — upsert, ack, welcome first-seen and
