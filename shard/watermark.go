@@ -23,7 +23,7 @@ type Outage struct {
 	End   int64 `json:"end"`
 	// GraceFrom, when set, is when the broker was back after a restart:
 	// from then to End devices were given time to reconnect (the
-	// reconnect grace).
+	// reconnect grace, or longer when a gap of ingest's own followed).
 	GraceFrom int64 `json:"grace_from,omitempty"`
 }
 
@@ -38,10 +38,11 @@ const OutagesCap = 100_000
 // overlap or touch, else appends; it drops outages that ended more than
 // keep ms before new (keep 0: none), and the oldest beyond cap. The list
 // thus only grows or changes at its end and shrinks at its start. grace
-// (a string, "0": none) is when a reconnect grace ending the outage began;
-// a merged outage keeps the grace of the one that ends it. An entry is
-// "start:end" or "start:end:grace". It returns how many outages the cap
-// dropped.
+// (a string, "0": none) is when a reconnect grace in the outage began (it
+// runs at least to the outage's end, which a later gap may push further);
+// a merged outage keeps the grace of the one that ends it, else the one it
+// has. An entry is "start:end" or "start:end:grace". It returns how many
+// outages the cap dropped.
 const recordOutage = `
 local function entry(s, e, g)
   if g > 0 then return string.format('%d:%d:%d', s, e, g) end
@@ -53,9 +54,10 @@ local function record(key, cur, new, keep, cap, grace)
   local ls, le, lg
   if last then ls, le, lg = string.match(last, '^(%d+):(%d+):?(%d*)$') end
   if le and tonumber(le) >= s and tonumber(ls) <= e then
-    -- The grace is the one that ends the merged outage.
+    -- The grace of the outage that ends the merged one, else the one it
+    -- holds: from grace on, devices had at least the reconnect grace.
     le, lg = tonumber(le), tonumber(lg) or 0
-    if e < le or (e == le and lg > g) then g = lg end
+    if e < le or (e == le and lg > g) or g == 0 then g = lg end
     redis.call('LSET', key, -1, entry(math.min(s, tonumber(ls)), math.max(e, le), g))
   else
     redis.call('RPUSH', key, entry(s, e, g))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"path/filepath"
@@ -128,7 +129,9 @@ func brokerBlips(t *testing.T, env *testenv.Env, b blipBroker, procs int, group 
 		back, who := f.backWithin(up)
 		t.Logf("every live device connected again within %v of the broker's return (the last %s); sigwatch's grace began %v after it",
 			back.Round(time.Millisecond), who, time.UnixMilli(o.GraceFrom).Sub(up).Round(time.Millisecond))
-		if got := time.Duration(o.End-o.GraceFrom) * time.Millisecond; o.GraceFrom == 0 || got != blipGrace {
+		// The grace runs to the outage's end, or into a longer outage (ingest
+		// slow to consume again after the broker's return).
+		if got := time.Duration(o.End-o.GraceFrom) * time.Millisecond; o.GraceFrom == 0 || got < blipGrace {
 			t.Errorf("the outage of a broker down %v: %+v, want a reconnect grace of %v", down, o, blipGrace)
 		}
 		for _, id := range silenced {
@@ -145,8 +148,9 @@ func brokerBlips(t *testing.T, env *testenv.Env, b blipBroker, procs int, group 
 func blipOver(t *testing.T, lost *lostLog, d *devices, addr string, killed time.Time) blipOutage {
 	t.Helper()
 	var (
-		o    blipOutage
-		read time.Time
+		o, seen  blipOutage
+		read     time.Time
+		statsErr error
 	)
 	testenv.WaitFor(t, 60*time.Second, "the broker's outage recorded and a threshold past its end", func() bool {
 		silenced := d.silenced()
@@ -157,15 +161,23 @@ func blipOver(t *testing.T, lost *lostLog, d *devices, addr string, killed time.
 		}
 		if o.End == 0 && time.Since(read) > 200*time.Millisecond {
 			read = time.Now()
-			for _, x := range blipStats(t, addr).Watermark.Outages {
-				// The outage starts at the last report before the loss.
-				if x.End > killed.UnixMilli() && x.Start > killed.Add(-time.Second).UnixMilli() {
+			st, err := blipStats(addr)
+			if statsErr = err; err != nil {
+				t.Logf("GET /v1/stats: %v", err)
+			}
+			for _, x := range st.Watermark.Outages {
+				seen = x
+				// The previous blip's outage ended before this one began.
+				if x.End > killed.UnixMilli() {
 					o = x
 				}
 			}
 		}
 		return o.End != 0 && time.Now().After(time.UnixMilli(o.End).Add(blipThreshold+blipLag))
 	})
+	if o.End == 0 {
+		t.Logf("no outage after the kill at %d; the latest seen %+v (stats: %v)", killed.UnixMilli(), seen, statsErr)
+	}
 	return o
 }
 
@@ -247,18 +259,18 @@ type blipOutage struct {
 	GraceFrom int64 `json:"grace_from"`
 }
 
-func blipStats(t *testing.T, addr string) blipOutages {
-	t.Helper()
+func blipStats(addr string) (blipOutages, error) {
+	var v blipOutages
 	resp, err := http.Get("http://" + addr + "/v1/stats")
 	if err != nil {
-		t.Fatal(err)
+		return v, err
 	}
 	defer resp.Body.Close()
-	var v blipOutages
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		t.Fatal(err)
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return v, fmt.Errorf("%s: %s", resp.Status, b)
 	}
-	return v
+	return v, json.NewDecoder(resp.Body).Decode(&v)
 }
 
 // jitterFleet is a fleet whose devices each have a connection of their
