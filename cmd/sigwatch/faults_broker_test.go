@@ -125,7 +125,7 @@ func brokerBlips(t *testing.T, env *testenv.Env, b blipBroker, procs int, group 
 		t.Logf("broker down for %v", up.Sub(killed).Round(time.Millisecond))
 		// Devices reconnect, sigwatch reconnects, the grace runs, then a
 		// threshold: anything falsely lost shows by then.
-		o := blipOver(t, lost, f.devices, addr, killed)
+		o := blipOver(t, lost, f, addr, killed)
 		back, who := f.backWithin(up)
 		t.Logf("every live device connected again within %v of the broker's return (the last %s); sigwatch's grace began %v after it",
 			back.Round(time.Millisecond), who, time.UnixMilli(o.GraceFrom).Sub(up).Round(time.Millisecond))
@@ -145,8 +145,9 @@ func brokerBlips(t *testing.T, env *testenv.Env, b blipBroker, procs int, group 
 // that began with the broker's loss at killed is recorded and a threshold
 // has passed since its end (anything falsely lost shows by then), and
 // returns that outage. A live device reported lost fails the test at once.
-func blipOver(t *testing.T, lost *lostLog, d *devices, addr string, killed time.Time) blipOutage {
+func blipOver(t *testing.T, lost *lostLog, f *jitterFleet, addr string, killed time.Time) blipOutage {
 	t.Helper()
+	d := f.devices
 	var (
 		o, seen  blipOutage
 		read     time.Time
@@ -156,7 +157,14 @@ func blipOver(t *testing.T, lost *lostLog, d *devices, addr string, killed time.
 		silenced := d.silenced()
 		for _, ev := range lost.Bodies(nil) {
 			if _, ok := silenced[ev.Device]; !ok {
-				t.Fatalf("live device %s reported lost: %+v", ev.Device, ev)
+				d.mu.Lock()
+				last := d.last[ev.Device]
+				d.mu.Unlock()
+				f.connMu.Lock()
+				up := f.connected[ev.Device]
+				f.connMu.Unlock()
+				t.Fatalf("live device %s reported lost: %+v; its last acknowledged signal at %d, its connection up since %d (broker killed at %d)",
+					ev.Device, ev, last.UnixMilli(), up.UnixMilli(), killed.UnixMilli())
 			}
 		}
 		if o.End == 0 && time.Since(read) > 200*time.Millisecond {
@@ -215,7 +223,7 @@ func TestOwnConnectionCutNoGrace(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		cut := time.Now()
 		proxy.Cut(1500 * time.Millisecond)
-		o := blipOver(t, lost, f.devices, addr, cut)
+		o := blipOver(t, lost, f, addr, cut)
 		if o.GraceFrom != 0 {
 			t.Errorf("outage %+v has a reconnect grace; want none for a cut of sigwatch's own connection", o)
 		}
@@ -328,7 +336,10 @@ func runJitterDevice(ctx context.Context, f *jitterFleet, broker, id string, see
 	d := f.devices
 	rng := rand.New(rand.NewPCG(seed, 42))
 	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker).SetClientID(id).SetCleanSession(true).
-		SetAutoReconnect(false).SetConnectTimeout(time.Second).SetKeepAlive(5 * time.Second).SetOrderMatters(false))
+		SetAutoReconnect(false).SetConnectTimeout(time.Second).SetKeepAlive(5 * time.Second).SetOrderMatters(false).
+		// Without a write timeout a Publish made as the connection dies
+		// blocks until the next connection, which this loop never makes.
+		SetWriteTimeout(time.Second))
 	defer c.Disconnect(0)
 	// Devices start spread over a period.
 	tick := time.NewTimer(time.Duration(rng.Int64N(int64(d.period))))
