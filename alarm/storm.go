@@ -288,10 +288,11 @@ func (a *Alarms) stormLoss(ctx context.Context, ev dispatch.Lost, current int64)
 	if err != nil {
 		return err
 	}
-	if now, err := a.current(ctx, ev.Device); err != nil || now > ev.Deadline {
-		if err != nil {
-			return err
-		}
+	after, err := a.current(ctx, ev.Device)
+	if err != nil {
+		return err
+	}
+	if after > ev.Deadline {
 		return a.stormBack(ctx, []string{ev.Group}, ev.Device)
 	}
 	for j, sc := range scopes {

@@ -23,10 +23,10 @@ import (
 // MQTT listener, a cluster) gets the grace: a silent device is then
 // reported a grace later, never a live one falsely.
 //
-// paho calls lose before each reconnection attempt and connected once the
-// new connection is subscribed, always in that order; the time the loss
-// was noticed may come from its connection-lost callback, which paho runs
-// on a goroutine of its own.
+// lose runs before each reconnection attempt (paho's reconnecting
+// handler) and connected once the new connection is subscribed, always in
+// that order; the time the loss was noticed may come from paho's
+// connection-lost callback, which runs on a goroutine of its own.
 type breaks struct {
 	grace time.Duration
 	m     *metrics

@@ -489,8 +489,10 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 	// what was unacked when the connection broke an ack wait later, behind
 	// newer probes, so the probes are no evidence of when it had it.
 	dup := m.Duplicate()
-	if l := s.breaks.lastLoss(); dup && l > 0 && l < at.UnixMilli() {
-		at = time.UnixMilli(l)
+	if dup {
+		if l := s.breaks.lastLoss(); l > 0 && l < at.UnixMilli() {
+			at = time.UnixMilli(l)
+		}
 	}
 	sig := s.pipe.signal(id, typ, group, at, m, nil)
 	// A device's own older time is weaker evidence, and is what it is

@@ -203,13 +203,13 @@ func (s *Store) recordGroups(ctx context.Context, ss []Sighting) {
 	if err != nil {
 		return
 	}
-	changedTo := make(map[string]string, len(changed))
+	changedFrom := make(map[string]string, len(changed))
 	for _, j := range changed {
-		changedTo[ss[j].ID] = ss[j].Prev.Group
+		changedFrom[ss[j].ID] = ss[j].Prev.Group
 	}
 	for k, id := range ids {
-		prev, regrouped := changedTo[id]
-		if cur[k] != added[k] || regrouped {
+		// A device first seen with a group had no membership to come back.
+		if prev := changedFrom[id]; cur[k] != added[k] || prev != "" {
 			_ = s.settleGroup(ctx, id, []string{added[k], prev})
 		}
 	}
