@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
-
 	"github.com/sigwatch/sigwatch/internal/testenv"
 )
 
@@ -29,13 +27,7 @@ func TestStatusPageShowsBrokerOutage(t *testing.T) {
 	signalEvery(t, base, tok, func() []map[string]any {
 		return []map[string]any{{"device": "pump-1"}, {"device": "pump-2"}}
 	})
-	b.run(t, chromedp.Navigate(base+"/"), chromedp.WaitVisible("#login", chromedp.ByID))
-	b.logIn(t, tok)
-	t.Cleanup(func() {
-		if t.Failed() {
-			b.shot(t, shots, "outage-failed")
-		}
-	})
+	b.open(t, base, tok, shots, "outage-failed")
 	outages := func() string {
 		var text string
 		b.eval(t, `[...document.querySelectorAll('#counters .counter')].filter(d => d.firstChild.textContent === 'outages').map(d => d.className + ': ' + d.lastChild.textContent).join('')`, &text)

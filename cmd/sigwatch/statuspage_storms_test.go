@@ -55,13 +55,7 @@ func TestStatusPageShowsStorms(t *testing.T) {
 		return code == http.StatusOK && sh["devices"] == float64(len(devs))
 	})
 
-	b.run(t, chromedp.Navigate(base+"/"), chromedp.WaitVisible("#login", chromedp.ByID))
-	b.logIn(t, tok)
-	t.Cleanup(func() {
-		if t.Failed() {
-			b.shot(t, shots, "storms-failed")
-		}
-	})
+	b.open(t, base, tok, shots, "storms-failed")
 	var hidden bool
 	b.eval(t, `document.getElementById('storms-section').hidden`, &hidden)
 	if !hidden {

@@ -161,6 +161,19 @@ func screenshotDir(t *testing.T) string {
 
 // logIn enters the API token into the page's login form and waits for the
 // page to show its data.
+// open opens the status page at base, logs in with tok, and has a
+// screenshot named failed taken into shots if the test fails.
+func (b *browser) open(t *testing.T, base, tok, shots, failed string) {
+	t.Helper()
+	b.run(t, chromedp.Navigate(base+"/"), chromedp.WaitVisible("#login", chromedp.ByID))
+	b.logIn(t, tok)
+	t.Cleanup(func() {
+		if t.Failed() {
+			b.shot(t, shots, failed)
+		}
+	})
+}
+
 func (b *browser) logIn(t *testing.T, tok string) {
 	t.Helper()
 	b.loggedIn.Store(true)
