@@ -245,18 +245,7 @@ func (s *Store) carryAt(ctx context.Context, t Topology, by map[int][]carried) (
 		shards = append(shards, i)
 		execs = append(execs, rueidis.LuaExec{Keys: []string{s.k.Timers(Timers, i), s.k.Layout(i), s.k.TimerPayloads(i), s.k.TimersCarried(i)}, Args: args})
 	}
-	var refused []int
-	for j, r := range carryScript.execMulti(ctx, s.c, execs...) {
-		switch err := r.Error(); {
-		case err == nil:
-		case errors.Is(err, ErrStaleTopology):
-			refused = append(refused, shards[j])
-		default:
-			s.lossSeen(err)
-			return refused, fmt.Errorf("shard: carry timers to shard %d: %w", shards[j], err)
-		}
-	}
-	return refused, nil
+	return s.fencedRun(ctx, carryScript, shards, execs, "carry timers to")
 }
 
 // removeIfScript removes members whose score is still the given one, with

@@ -113,7 +113,14 @@ func (s *Store) resetTimersAt(ctx context.Context, t Topology, byShard map[int][
 		shards = append(shards, i)
 		execs = append(execs, rueidis.LuaExec{Keys: []string{s.k.Timers(Timers, i), s.k.Layout(i), s.k.TimerPayloads(i), s.k.TimersFiring(i)}, Args: args})
 	}
-	for j, r := range resetTimersScript.execMulti(ctx, s.c, execs...) {
+	return s.fencedRun(ctx, resetTimersScript, shards, execs, "reset timers in")
+}
+
+// fencedRun runs script once per shard of shards (execs in the same order)
+// and returns the shards that refused as placed under an old topology,
+// and the first other failure.
+func (s *Store) fencedRun(ctx context.Context, script *script, shards []int, execs []rueidis.LuaExec, what string) (refused []int, err error) {
+	for j, r := range script.execMulti(ctx, s.c, execs...) {
 		switch rerr := r.Error(); {
 		case rerr == nil:
 		case errors.Is(rerr, ErrStaleTopology):
@@ -121,7 +128,7 @@ func (s *Store) resetTimersAt(ctx context.Context, t Topology, byShard map[int][
 		default:
 			s.lossSeen(rerr)
 			if err == nil {
-				err = fmt.Errorf("shard: reset timers in shard %d: %w", shards[j], rerr)
+				err = fmt.Errorf("shard: %s shard %d: %w", what, shards[j], rerr)
 			}
 		}
 	}
