@@ -37,7 +37,7 @@ func TestRestoreStopsWholeShardsFirst(t *testing.T) {
 		t.Fatalf("acquire shard 0: %v %v", ok, err)
 	}
 	claim := func() error {
-		_, err := r.store.Claim(ctx, shard.Deadlines, 0, lease, time.Now().UnixMilli(), 10)
+		_, err := r.store.Claim(ctx, shard.Deadlines, 0, lease, time.Now().UnixMilli(), 10, time.Now())
 		return err
 	}
 	if err := claim(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // Claimed is the outcome of Claim.
@@ -23,14 +24,19 @@ type Claimed struct {
 // claimScript reads the due members of a shard, fenced by its lease, and
 // the largest shard count writers may place the shard's timers under, so
 // that a scanner learns of a doubling no later than the first write under it.
+// With nothing due it records in the wake key when the loop claims next:
+// the head or wakeBy, whichever is earlier (see wake.go); with something
+// due the loop claims again at once, and the key goes.
 //
 // KEYS[1]: timer ZSET of the shard
 // KEYS[2]: lease key of the shard
 // KEYS[3]: layout HASH of the shard
+// KEYS[4]: wake key of the shard
 // ARGV[1]: lease value the caller holds
 // ARGV[2]: horizon, unix ms: members scored at or below it are due
 // ARGV[3]: batch limit
 // ARGV[4]: the caller's generation ("" to skip the check)
+// ARGV[5]: wakeBy, unix ms; ARGV[6]: how long the wake key is kept, ms
 // Returns: {due (id, score, ...), head (id, score) or empty, layout shards
 // or 0}, the error NOTOWNER when the caller no longer holds the lease, or
 // LOSTDATA when the shard is not vetted under the caller's generation by
@@ -49,14 +55,25 @@ end
 local due = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[2], 'BYSCORE', 'LIMIT', 0, ARGV[3], 'WITHSCORES')
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local shards = tonumber(redis.call('HGET', KEYS[3], 'shards') or '0')
+if #due == 0 then
+  local w = tonumber(ARGV[5])
+  if head[2] and tonumber(head[2]) < w then w = tonumber(head[2]) end
+  redis.call('SET', KEYS[4], string.format('%d', w), 'PX', ARGV[6])
+else
+  redis.call('DEL', KEYS[4])
+end
 return {due, head, shards}`)
 
 // Claim reads up to limit members of shard i due at or before horizon, the
 // shard's head and its layout. It fails with ErrNotOwner unless lease is
-// still the shard's lease.
-func (s *Store) Claim(ctx context.Context, f Family, i int, lease Lease, horizon int64, limit int) (Claimed, error) {
-	v, err := claimScript.exec(ctx, s.c, []string{s.k.Timers(f, i), s.k.Owner(i), s.k.Layout(i)},
-		[]string{lease.Value, strconv.FormatInt(horizon, 10), strconv.Itoa(limit), s.Generation()}).Tuple(3)
+// still the shard's lease. When nothing is due the caller is to sleep until
+// the head or wakeBy, whichever is earlier: a write that lands earlier
+// wakes it (see Wakes).
+func (s *Store) Claim(ctx context.Context, f Family, i int, lease Lease, horizon int64, limit int, wakeBy time.Time) (Claimed, error) {
+	keep := time.Until(wakeBy) + wakeKeep
+	v, err := claimScript.exec(ctx, s.c, []string{s.k.Timers(f, i), s.k.Owner(i), s.k.Layout(i), s.k.Wake(f, i)},
+		[]string{lease.Value, strconv.FormatInt(horizon, 10), strconv.Itoa(limit), s.Generation(),
+			strconv.FormatInt(wakeBy.UnixMilli(), 10), strconv.FormatInt(keep.Milliseconds(), 10)}).Tuple(3)
 	if err != nil {
 		s.lossSeen(err)
 		return Claimed{}, fmt.Errorf("shard: claim shard %d: %w", i, err)

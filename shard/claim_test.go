@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/sigwatch/sigwatch/shard"
 )
@@ -18,7 +19,7 @@ func TestClaimReadsDueUpToHorizon(t *testing.T) {
 	}
 	l := acquire(t, s, 3, "a")
 
-	c, err := s.Claim(ctx, shard.Deadlines, 3, l, 1500, 100)
+	c, err := s.Claim(ctx, shard.Deadlines, 3, l, 1500, 100, time.Now())
 	due, head, hasHead := c.Due, c.Head, c.HasHead
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +32,7 @@ func TestClaimReadsDueUpToHorizon(t *testing.T) {
 		t.Errorf("got head %v (%v), want d0@1000", head, hasHead)
 	}
 
-	c, err = s.Claim(ctx, shard.Deadlines, 3, l, 1500, 2)
+	c, err = s.Claim(ctx, shard.Deadlines, 3, l, 1500, 2, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +40,7 @@ func TestClaimReadsDueUpToHorizon(t *testing.T) {
 		t.Errorf("got %d due with limit 2, want 2", len(c.Due))
 	}
 
-	c, err = s.Claim(ctx, shard.Deadlines, 3, l, 999, 100)
+	c, err = s.Claim(ctx, shard.Deadlines, 3, l, 999, 100, time.Now())
 	due, head, hasHead = c.Due, c.Head, c.HasHead
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +50,7 @@ func TestClaimReadsDueUpToHorizon(t *testing.T) {
 	}
 
 	l4 := acquire(t, s, 4, "a")
-	if c, err := s.Claim(ctx, shard.Deadlines, 4, l4, 1<<50, 100); err != nil || len(c.Due) != 0 || c.HasHead {
+	if c, err := s.Claim(ctx, shard.Deadlines, 4, l4, 1<<50, 100, time.Now()); err != nil || len(c.Due) != 0 || c.HasHead {
 		t.Errorf("empty shard: got due %v, head %v, err %v; want nothing", c.Due, c.HasHead, err)
 	}
 }
@@ -62,7 +63,7 @@ func TestSettleComparesBeforeRemoving(t *testing.T) {
 	ctx, s := newStore(t)
 	upsert(t, s, 0, shard.Entry{"kept", 100}, shard.Entry{"reset", 100}, shard.Entry{"moved", 100}, shard.Entry{"movereset", 100})
 	l := acquire(t, s, 0, "a")
-	c, err := s.Claim(ctx, shard.Deadlines, 0, l, 100, 10)
+	c, err := s.Claim(ctx, shard.Deadlines, 0, l, 100, 10, time.Now())
 	if err != nil || len(c.Due) != 4 {
 		t.Fatalf("claim: got %v, %v; want 4 due", c.Due, err)
 	}

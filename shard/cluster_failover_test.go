@@ -224,7 +224,7 @@ func TestStoreFollowsClusterFailover(t *testing.T) {
 	// Store: each shard holds its device at the last round written.
 	want := base + lastOK.round
 	for i := range n {
-		c, err := s.Claim(ctx, shard.Deadlines, i, leases[i], want, 10)
+		c, err := s.Claim(ctx, shard.Deadlines, i, leases[i], want, 10, time.Now())
 		if err != nil {
 			t.Fatalf("claim shard %d after failover: %v", i, err)
 		}

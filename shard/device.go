@@ -126,11 +126,12 @@ return redis.call('ZREM', KEYS[1], ARGV[3])`)
 //
 // KEYS[1]: deadline ZSET of one shard
 // KEYS[2]: layout HASH of the shard
+// KEYS[3]: wake key of the shard: a lowered deadline may be its new head
 // ARGV[1]: epoch of the caller's topology; ARGV[2]: its shard count
 // ARGV[3]: device id; ARGV[4]: new threshold - old threshold, ms
 // ARGV[5]: horizon, unix ms; ARGV[6]: new threshold, ms
 // Returns: the deadline after the call, nil when absent, or the error STALE.
-var shiftScript = newScript(fenceLua + `
+var shiftScript = newScript(wakeLua + fenceLua + `
 local cur = redis.call('ZSCORE', KEYS[1], ARGV[3])
 if not cur then return false end
 cur = tonumber(cur)
@@ -139,6 +140,7 @@ local next = cur + tonumber(ARGV[4])
 if tonumber(ARGV[4]) < 0 then
   next = math.max(next, math.min(cur, tonumber(ARGV[5]) + tonumber(ARGV[6])))
 end
+wake(KEYS[3], next)
 next = string.format('%d', next)
 redis.call('ZADD', KEYS[1], 'XX', next, ARGV[3])
 return next`)
@@ -261,7 +263,7 @@ func (d *Devices) SetThreshold(ctx context.Context, id string, threshold time.Du
 	if delta := (next - old).Milliseconds(); delta != 0 {
 		horizon := strconv.FormatInt(d.now().UnixMilli(), 10)
 		err := d.onShards(ctx, id, func(t Topology, i int) error {
-			err := shiftScript.exec(ctx, d.store.c, []string{d.store.k.Timers(Deadlines, i), d.store.k.Layout(i)},
+			err := shiftScript.exec(ctx, d.store.c, []string{d.store.k.Timers(Deadlines, i), d.store.k.Layout(i), d.store.k.Wake(Deadlines, i)},
 				append(fenceArgs(t, id), strconv.FormatInt(delta, 10), horizon, strconv.FormatInt(next.Milliseconds(), 10))).Error()
 			if err != nil && !rueidis.IsRedisNil(err) {
 				return fmt.Errorf("shard: set threshold in shard %d: %w", i, err)

@@ -21,6 +21,9 @@
 //	queuemoves.go  generic timers across a doubling: writes that carry a
 //	               moved timer first, the carry, cancels
 //	claim.go       Claim, Settle (compare-and-remove, compare-and-move)
+//	wake.go        the wake rule: a claim that found nothing due records
+//	               when its loop looks again, an earlier write wakes it
+//	               (Wakes delivers the notices)
 //	lease.go       leases (Acquire, Renew, Release, Owner) and scanner
 //	               membership (Heartbeat, Leave)
 //	watermark.go   the ingest watermark, its outages, ingest members

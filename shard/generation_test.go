@@ -35,7 +35,7 @@ func TestClaimRefusesUnvettedShard(t *testing.T) {
 	s.OnDataLoss(func(error) { told++ })
 	upsert(t, s, 0, shard.Entry{ID: "a", Deadline: now})
 	l := acquire(t, s, 0, "me")
-	if c, err := s.Claim(ctx, shard.Deadlines, 0, l, now, 10); err != nil || len(c.Due) != 1 {
+	if c, err := s.Claim(ctx, shard.Deadlines, 0, l, now, 10, time.Now()); err != nil || len(c.Due) != 1 {
 		t.Fatalf("claim of a vetted shard: %+v, %v", c, err)
 	}
 	if err := s.Vetted(ctx, 2); err != nil {
@@ -45,7 +45,7 @@ func TestClaimRefusesUnvettedShard(t *testing.T) {
 	// Another generation's process is refused.
 	other := env.Store(t, "sw")
 	other.SetGeneration("g0")
-	if _, err := other.Claim(ctx, shard.Deadlines, 0, l, now, 10); !errors.Is(err, shard.ErrDataLoss) {
+	if _, err := other.Claim(ctx, shard.Deadlines, 0, l, now, 10, time.Now()); !errors.Is(err, shard.ErrDataLoss) {
 		t.Fatalf("claim under another generation: %v, want ErrDataLoss", err)
 	}
 
@@ -57,7 +57,7 @@ func TestClaimRefusesUnvettedShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 10*time.Second, "the claim refused after the restart", func() bool {
-		_, err := s.Claim(ctx, shard.Deadlines, 0, l, now, 10) // the lease was kept
+		_, err := s.Claim(ctx, shard.Deadlines, 0, l, now, 10, time.Now()) // the lease was kept
 		return errors.Is(err, shard.ErrDataLoss)
 	})
 	if told == 0 {

@@ -43,6 +43,15 @@ func (k Keys) shardKey(i int, name string) string {
 // Timers is the ZSET of family f in shard i.
 func (k Keys) Timers(f Family, i int) string { return k.shardKey(i, string(f)) }
 
+// Wake is the STRING of family f in shard i holding when the shard's loop,
+// asleep, claims next (unix ms): a write that puts a member earlier wakes
+// it (see wake.go).
+func (k Keys) Wake(f Family, i int) string { return k.shardKey(i, "wake:"+string(f)) }
+
+// WakeChannel is the pub/sub channel of family f's wake notices: the wake
+// keys without their hash tag, so that a script derives it from the key.
+func (k Keys) WakeChannel(f Family) string { return k.prefix + ":wake:" + string(f) }
+
 // Owner holds the lease of the scanner that owns shard i.
 func (k Keys) Owner(i int) string { return k.shardKey(i, "owner"+k.lease) }
 

@@ -66,15 +66,28 @@ return 0`)
 
 // Renew extends l. It returns ErrNotOwner if l was lost.
 func (s *Store) Renew(ctx context.Context, l Lease, ttl time.Duration) error {
-	n, err := renewScript.exec(ctx, s.c, []string{s.k.Owner(l.Shard)},
-		[]string{l.Value, strconv.FormatInt(ttl.Milliseconds(), 10)}).AsInt64()
-	if err != nil {
-		return fmt.Errorf("shard: renew lease of shard %d: %w", l.Shard, err)
+	return s.RenewAll(ctx, []Lease{l}, ttl)[0]
+}
+
+// RenewAll extends every lease of ls in one round trip, and returns each
+// one's outcome: nil, ErrNotOwner if it was lost, or the failure.
+func (s *Store) RenewAll(ctx context.Context, ls []Lease, ttl time.Duration) []error {
+	execs := make([]rueidis.LuaExec, len(ls))
+	ms := strconv.FormatInt(ttl.Milliseconds(), 10)
+	for j, l := range ls {
+		execs[j] = rueidis.LuaExec{Keys: []string{s.k.Owner(l.Shard)}, Args: []string{l.Value, ms}}
 	}
-	if n != 1 {
-		return fmt.Errorf("shard: renew lease of shard %d: %w", l.Shard, ErrNotOwner)
+	errs := make([]error, len(ls))
+	for j, r := range renewScript.execMulti(ctx, s.c, execs...) {
+		n, err := r.AsInt64()
+		switch {
+		case err != nil:
+			errs[j] = fmt.Errorf("shard: renew lease of shard %d: %w", ls[j].Shard, err)
+		case n != 1:
+			errs[j] = fmt.Errorf("shard: renew lease of shard %d: %w", ls[j].Shard, ErrNotOwner)
+		}
 	}
-	return nil
+	return errs
 }
 
 // releaseScript drops a lease the caller still holds.

@@ -29,7 +29,7 @@ func TestFencing(t *testing.T) {
 		t.Errorf("got token %d after %d, want a larger one", cur.Token(), old.Token())
 	}
 
-	if _, err := s.Claim(ctx, shard.Deadlines, 1, old, 1000, 10); !errors.Is(err, shard.ErrNotOwner) {
+	if _, err := s.Claim(ctx, shard.Deadlines, 1, old, 1000, 10, time.Now()); !errors.Is(err, shard.ErrNotOwner) {
 		t.Errorf("claim with the old lease: got %v, want ErrNotOwner", err)
 	}
 	if _, err := s.Settle(ctx, shard.Deadlines, 1, old, []shard.Entry{{"x", 100}}, []shard.Move{{ID: "y", From: 200, To: 5000}}); !errors.Is(err, shard.ErrNotOwner) {

@@ -213,22 +213,25 @@ const carriedKeep = 24 * time.Hour
 // so before any write since: it changes nothing.
 //
 // KEYS[1]: timer ZSET of the new shard; KEYS[2]: layout HASH;
-// KEYS[3]: payloads; KEYS[4]: carried marks (member -> 1)
+// KEYS[3]: payloads; KEYS[4]: carried marks (member -> 1); KEYS[5]: wake key
 // ARGV[1..3]: see timerFence; ARGV[4]: how long the marks are kept, ms
 // ARGV[5..]: triples of member, deadline ("0": mark only) and payload
 // ("p"..payload, "": none)
 // Returns: how many copies were written.
-var carryScript = newScript(timerFence + `
-local n = 0
+var carryScript = newScript(wakeLua + timerFence + `
+local n, low = 0, nil
 for i = 5, #ARGV, 3 do
   local m = ARGV[i]
   if redis.call('HSETNX', KEYS[4], m, '1') == 1 and ARGV[i+1] ~= '0' then
     redis.call('ZADD', KEYS[1], 'GT', ARGV[i+1], m)
+    local d = tonumber(redis.call('ZSCORE', KEYS[1], m))
+    if not low or d < low then low = d end
     if ARGV[i+2] ~= '' then redis.call('HSETNX', KEYS[3], m, string.sub(ARGV[i+2], 2)) end
     n = n + 1
   end
 end
 redis.call('PEXPIRE', KEYS[4], ARGV[4])
+wake(KEYS[5], low)
 return n`)
 
 // carryAt writes carried timers placed in by under t, and returns the
@@ -243,7 +246,7 @@ func (s *Store) carryAt(ctx context.Context, t Topology, by map[int][]carried) (
 			args = append(args, c.member, strconv.FormatInt(c.deadline, 10), c.payload)
 		}
 		shards = append(shards, i)
-		execs = append(execs, rueidis.LuaExec{Keys: []string{s.k.Timers(Timers, i), s.k.Layout(i), s.k.TimerPayloads(i), s.k.TimersCarried(i)}, Args: args})
+		execs = append(execs, rueidis.LuaExec{Keys: []string{s.k.Timers(Timers, i), s.k.Layout(i), s.k.TimerPayloads(i), s.k.TimersCarried(i), s.k.Wake(Timers, i)}, Args: args})
 	}
 	return s.fencedRun(ctx, carryScript, shards, execs, "carry timers to")
 }

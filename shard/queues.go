@@ -64,12 +64,14 @@ end
 // fires again with the new payload.
 //
 // KEYS[1]: timer ZSET of one shard; KEYS[2]: layout HASH; KEYS[3]: payloads;
-// KEYS[4]: the shard's firing marks (member -> deadline)
+// KEYS[4]: the shard's firing marks (member -> deadline); KEYS[5]: its wake
+// key
 // ARGV[1..3]: see timerFence
 // ARGV[4..]: quads of mode ("e" extend, "s" set), deadline, member and
 // payload op: "k" keep, "c" clear, "p"..payload set
 // Returns: 1, or the error STALE or LOSTDATA.
-var resetTimersScript = newScript(timerFence + `
+var resetTimersScript = newScript(wakeLua + timerFence + `
+local low
 for i = 4, #ARGV, 4 do
   local m = ARGV[i+2]
   local had = tonumber(redis.call('ZSCORE', KEYS[1], m))
@@ -81,12 +83,14 @@ for i = 4, #ARGV, 4 do
     if (op == 'c' and cur) or (op == 'p' and cur ~= string.sub(ARGV[i+3], 2)) then d = had + 1 end
   end
   redis.call('ZADD', KEYS[1], string.format('%d', d), m)
+  if not low or d < low then low = d end
   if op == 'p' then
     redis.call('HSET', KEYS[3], m, string.sub(ARGV[i+3], 2))
   elseif op == 'c' or not had then
     redis.call('HDEL', KEYS[3], m)
   end
 end
+wake(KEYS[5], low)
 return 1`)
 
 // resetTimersAt writes resets placed in byShard under topology t. Shards
@@ -111,7 +115,7 @@ func (s *Store) resetTimersAt(ctx context.Context, t Topology, byShard map[int][
 			args = append(args, mode, strconv.FormatInt(r.Deadline, 10), r.Member, op)
 		}
 		shards = append(shards, i)
-		execs = append(execs, rueidis.LuaExec{Keys: []string{s.k.Timers(Timers, i), s.k.Layout(i), s.k.TimerPayloads(i), s.k.TimersFiring(i)}, Args: args})
+		execs = append(execs, rueidis.LuaExec{Keys: []string{s.k.Timers(Timers, i), s.k.Layout(i), s.k.TimerPayloads(i), s.k.TimersFiring(i), s.k.Wake(Timers, i)}, Args: args})
 	}
 	return s.fencedRun(ctx, resetTimersScript, shards, execs, "reset timers in")
 }

@@ -15,22 +15,24 @@ import (
 // scanner's compare-and-remove or compare-and-move leaves it alone), and an
 // earlier timer that is not due yet is kept.
 //
-// KEYS[1]: timer ZSET of one shard
+// KEYS[1]: timer ZSET of one shard; KEYS[2]: its wake key
 // ARGV[1]: member; ARGV[2]: at, unix ms
 // ARGV[3]: horizon, unix ms: a score at or before it may be claimed now
 // ARGV[4]: "1" to add the member when it is absent
 // Returns: the member's score after the call, or nil when it is absent.
-var armScript = newScript(`
+var armScript = newScript(wakeLua + `
 local at = tonumber(ARGV[2])
 local cur = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not cur then
   if ARGV[4] ~= '1' then return false end
   redis.call('ZADD', KEYS[1], at, ARGV[1])
+  wake(KEYS[2], at)
   return ARGV[2]
 end
 cur = tonumber(cur)
 if cur > at or (cur <= tonumber(ARGV[3]) and cur ~= at) then
   redis.call('ZADD', KEYS[1], at, ARGV[1])
+  wake(KEYS[2], at)
   return ARGV[2]
 end
 if cur == at and cur <= tonumber(ARGV[3]) then
@@ -49,7 +51,7 @@ func (s *Store) Arm(ctx context.Context, f Family, i int, id string, at, horizon
 	if create {
 		c = "1"
 	}
-	v, err := armScript.exec(ctx, s.c, []string{s.k.Timers(f, i)},
+	v, err := armScript.exec(ctx, s.c, []string{s.k.Timers(f, i), s.k.Wake(f, i)},
 		[]string{id, strconv.FormatInt(at, 10), strconv.FormatInt(horizon, 10), c}).AsInt64()
 	if rueidis.IsRedisNil(err) {
 		return 0, false, nil
@@ -119,11 +121,25 @@ func (s *Store) Remove(ctx context.Context, f Family, i int, id string) (bool, e
 
 // Size returns the number of members of shard i.
 func (s *Store) Size(ctx context.Context, f Family, i int) (int64, error) {
-	n, err := s.c.Do(ctx, s.c.B().Zcard().Key(s.k.Timers(f, i)).Build()).AsInt64()
-	if err != nil {
-		return 0, fmt.Errorf("shard: size of shard %d: %w", i, err)
+	n, errs := s.Sizes(ctx, f, []int{i})
+	return n[0], errs[0]
+}
+
+// Sizes returns the number of timers in each of shards, in one round trip,
+// with each one's error.
+func (s *Store) Sizes(ctx context.Context, f Family, shards []int) ([]int64, []error) {
+	cmds := make(rueidis.Commands, len(shards))
+	for j, i := range shards {
+		cmds[j] = s.c.B().Zcard().Key(s.k.Timers(f, i)).Build()
 	}
-	return n, nil
+	n := make([]int64, len(shards))
+	errs := make([]error, len(shards))
+	for j, r := range s.c.DoMulti(ctx, cmds...) {
+		if n[j], errs[j] = r.AsInt64(); errs[j] != nil {
+			errs[j] = fmt.Errorf("shard: size of shard %d: %w", shards[j], errs[j])
+		}
+	}
+	return n, errs
 }
 
 // Head returns the earliest entry of shard i, and false if the shard is empty.

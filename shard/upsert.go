@@ -67,6 +67,7 @@ end`
 //
 // KEYS[1]: timer ZSET of one shard
 // KEYS[2]: layout HASH of the shard
+// KEYS[3]: wake key of the shard: an added id may be its new head
 // ARGV[1]: epoch of the writer's topology (0: not checked)
 // ARGV[2]: the writer's generation ("" to skip the check)
 // ARGV[3..]: deadline1, id1, deadline2, id2, ...
@@ -74,7 +75,7 @@ end`
 // the error STALE when the writer's epoch is below the floor, or LOSTDATA
 // when the shard's generation is not the writer's: an id absent from data
 // Redis lost is not new, and is not added until the data is restored.
-var upsertScript = newScript(writerFence + `
+var upsertScript = newScript(wakeLua + writerFence + `
 local chunk = 2000
 local changed = 0
 for lo = 3, #ARGV, chunk do
@@ -97,9 +98,15 @@ for lo = 3, #ARGV, chunk do
     end
   end
 end
+local low
 for lo = 1, #add, chunk do
   redis.call('ZADD', KEYS[1], 'GT', unpack(add, lo, math.min(lo + chunk - 1, #add)))
 end
+for j = 1, #add, 2 do
+  local d = tonumber(add[j])
+  if not low or d < low then low = d end
+end
+wake(KEYS[3], low)
 return added`)
 
 // UpsertAt is Upsert by a writer that placed byShard under the topology of
@@ -209,7 +216,7 @@ func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map
 			args = append(args, strconv.FormatInt(e.Deadline, 10), e.ID)
 		}
 		rest = append(rest, i)
-		execs = append(execs, rueidis.LuaExec{Keys: []string{s.k.Timers(f, i), s.k.Layout(i)}, Args: args})
+		execs = append(execs, rueidis.LuaExec{Keys: []string{s.k.Timers(f, i), s.k.Layout(i), s.k.Wake(f, i)}, Args: args})
 	}
 	for j, r := range upsertScript.execMulti(ctx, s.c, execs...) {
 		ids, rerr := r.AsStrSlice()

@@ -115,8 +115,8 @@ func (h *fire) Fired(ctx context.Context, ids []string) ([]int64, error) {
 // due starts the timer anew, and it fires again at its new deadline.
 func (*fire) Revived(context.Context, shard.Entry, shard.Entry) error { return nil }
 
-// watermarkEvery is how often the owner of shard 0 advances the timers'
-// watermark, watermarkIdle how often the other replicas do.
+// watermarkEvery is how often a replica advances the timers' watermark
+// while one of its loops waits for it, watermarkIdle how often otherwise.
 const (
 	watermarkEvery = 10 * time.Millisecond
 	watermarkIdle  = 500 * time.Millisecond
@@ -132,14 +132,14 @@ const ClockMargin = 250 * time.Millisecond
 // the oldest waiting reset was published. Timers fire only up to it, so a
 // reset published before a deadline is stored before the timer can fire.
 // While the stream cannot be read, the watermark stands still and timers
-// wait. The owner of the timers of shard 0 does it every watermarkEvery
-// for all replicas; the others every watermarkIdle, which bounds how late
-// timers fire while shard 0 changes hands.
+// wait. A replica does it every watermarkEvery while a timer of its own is
+// due and waits for it, and every watermarkIdle otherwise: an idle
+// installation reads the stream twice a second per replica.
 func (s *Service) advanceWatermark(ctx context.Context) error {
 	t := time.NewTicker(watermarkEvery)
 	defer t.Stop()
 	for tick := 0; ; tick++ {
-		if owned := s.eng.Owned(); (len(owned) == 0 || owned[0] != 0) && tick%int(watermarkIdle/watermarkEvery) != 0 {
+		if !s.eng.WatermarkWanted() && tick%int(watermarkIdle/watermarkEvery) != 0 {
 			select {
 			case <-ctx.Done():
 				return nil

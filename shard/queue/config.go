@@ -11,7 +11,8 @@ type Config struct {
 	// LeaseTTL is the lease time of a shard: a dead replica's shards move
 	// within about this long.
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
-	// Poll bounds the wait before a shard notices an earlier deadline.
+	// Poll bounds how long a shard with nothing due sleeps; a write earlier
+	// than its head wakes it at once.
 	Poll time.Duration `yaml:"poll"`
 	// Batch is the claim limit.
 	Batch int `yaml:"batch"`

@@ -13,10 +13,11 @@
 //     before its first claim, and hands the fence to the handler in every
 //     Batch; a handler whose publish is refused under it returns ErrFenced
 //     and the loop settles nothing and stops (invariant 11).
-//   - loop.go: the per-shard loop and its step, written once: wait for the
-//     head, claim (fenced) up to the horizon → crossing rule → Handler.Fire →
-//     settle (fenced compare-and-remove, moves) → Handler.Revived for a
-//     fired entry a reset revived meanwhile.
+//   - loop.go: the per-shard loop and its step, written once: sleep until
+//     the head is due (woken at once by an earlier write, see
+//     shard.Store.Wakes), claim (fenced) up to the horizon → crossing rule →
+//     Handler.Fire → settle (fenced compare-and-remove, moves) →
+//     Handler.Revived for a fired entry a reset revived meanwhile.
 //   - crossing.go: the crossing rule that checks moved members against their
 //     partner shard while a doubling drains.
 //   - drain.go: the drain duties of a doubling (floors, counts, finish).

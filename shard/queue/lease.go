@@ -69,7 +69,7 @@ func (e *Engine) rebalance(ctx, loopCtx context.Context, wg *sync.WaitGroup) {
 // start runs a shard loop for a freshly acquired lease.
 func (e *Engine) start(loopCtx context.Context, wg *sync.WaitGroup, lease shard.Lease, sent time.Time) {
 	ctx, cancel := context.WithCancel(loopCtx)
-	l := &shardLoop{lease: lease, stop: make(chan struct{}), cancel: cancel}
+	l := &shardLoop{lease: lease, stop: make(chan struct{}), woke: make(chan struct{}, 1), cancel: cancel}
 	l.extend(sent, e.opts.LeaseTTL)
 	e.mu.Lock()
 	e.loops[lease.Shard] = l
@@ -88,29 +88,34 @@ func (e *Engine) start(loopCtx context.Context, wg *sync.WaitGroup, lease shard.
 	}()
 }
 
-// renew extends every held lease; a lease found lost stops its loop at once.
+// renew extends every held lease, all in one round trip; a lease found
+// lost stops its loop at once.
 func (e *Engine) renew(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, e.opTimeout())
 	defer cancel()
 	e.mu.Lock()
 	loops := make([]*shardLoop, 0, len(e.loops))
+	leases := make([]shard.Lease, 0, len(e.loops))
 	for _, l := range e.loops {
 		loops = append(loops, l)
+		leases = append(leases, l.lease)
 	}
 	e.mu.Unlock()
-	parallel(len(loops), func(j int) {
+	if len(loops) == 0 {
+		return
+	}
+	sent := time.Now()
+	for j, err := range e.store.RenewAll(ctx, leases, e.opts.LeaseTTL) {
 		l := loops[j]
-		sent := time.Now()
-		err := e.store.Renew(ctx, l.lease, e.opts.LeaseTTL)
 		switch {
 		case err == nil:
 			l.extend(sent, e.opts.LeaseTTL)
 		case errors.Is(err, shard.ErrNotOwner):
 			e.leaseLost(l, "renew")
-		case err != nil && ctx.Err() == nil:
+		case ctx.Err() == nil:
 			e.warn.Warn(e.log, "renew", "lease renewal failed", "shard", l.lease.Shard, "err", err)
 		}
-	})
+	}
 }
 
 // leaseLost stops l at once: another replica may own its shard now.
@@ -165,11 +170,7 @@ func (e *Engine) updateSizes(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, e.opTimeout())
 	defer cancel()
 	owned := e.Owned()
-	sizes := make([]int64, len(owned))
-	errs := make([]error, len(owned))
-	parallel(len(owned), func(j int) {
-		sizes[j], errs[j] = e.store.Size(ctx, e.opts.Family, owned[j])
-	})
+	sizes, errs := e.store.Sizes(ctx, e.opts.Family, owned)
 	e.m.shardSize.Reset()
 	for j, i := range owned {
 		if errs[j] == nil {

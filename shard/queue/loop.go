@@ -18,8 +18,12 @@ type shardLoop struct {
 	fence    uint64        // from Options.Fencer, set before the first claim
 	stop     chan struct{} // closed to ask for a stop after the in-flight batch
 	stopOnce sync.Once
-	cancel   context.CancelFunc // the hard stop, when the lease is lost
-	lost     atomic.Bool
+	// woke ends the loop's sleep: a write landed earlier than the time the
+	// loop recorded in its wake key, or the wake subscription was
+	// (re)established (see shard.Store.Wakes).
+	woke   chan struct{}
+	cancel context.CancelFunc // the hard stop, when the lease is lost
+	lost   atomic.Bool
 	// until is the local (monotonic) time before which the lease surely
 	// holds: the send time of its last acquisition or renewal plus the
 	// lease time, since Redis starts the lease's clock no earlier.
@@ -40,6 +44,14 @@ func (l *shardLoop) held() bool {
 }
 
 func (l *shardLoop) requestStop() { l.stopOnce.Do(func() { close(l.stop) }) }
+
+// wake ends the loop's current or next sleep.
+func (l *shardLoop) wake() {
+	select {
+	case l.woke <- struct{}{}:
+	default:
+	}
+}
 
 // releaseTimeout bounds the release of a lease after its loop has ended.
 const releaseTimeout = 2 * time.Second
@@ -69,9 +81,10 @@ func (e *Engine) runShard(ctx context.Context, l *shardLoop) {
 			return
 		case <-ctx.Done():
 			return
+		case <-l.woke: // the claim below sees what the notice was about
 		default:
 		}
-		wait, wake, err := e.step(ctx, i, l)
+		wait, wm, err := e.step(ctx, i, l)
 		switch {
 		case errors.Is(err, shard.ErrNotOwner):
 			e.leaseLost(l, "scan")
@@ -92,7 +105,7 @@ func (e *Engine) runShard(ctx context.Context, l *shardLoop) {
 		default:
 			bo.Reset()
 		}
-		if wait > 0 && !sleepOrWake(ctx, l.stop, wait, wake) {
+		if wait > 0 && !sleepOrWake(ctx, l.stop, wait, wm, l.woke) {
 			return
 		}
 	}
@@ -117,21 +130,23 @@ func (e *Engine) fence(ctx context.Context, l *shardLoop, bo *backoff.Backoff) b
 			return false
 		}
 		e.warn.Warn(e.log, fmt.Sprint("fence", l.lease.Shard), "fencing the shard failed; retrying", "shard", l.lease.Shard, "err", err)
-		if !sleepOrWake(ctx, l.stop, bo.Next(), nil) {
+		if !sleepOrWake(ctx, l.stop, bo.Next(), nil, nil) {
 			return false
 		}
 	}
 }
 
-// sleepOrWake waits for d, or until wake is closed, and reports whether
-// the loop should go on.
-func sleepOrWake(ctx context.Context, stop <-chan struct{}, d time.Duration, wake <-chan struct{}) bool {
+// sleepOrWake waits for d, or until wm is closed or woke receives, and
+// reports whether the loop should go on.
+func sleepOrWake(ctx context.Context, stop <-chan struct{}, d time.Duration, wm <-chan struct{}, woke <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
-	case <-wake:
+	case <-wm:
+		return true
+	case <-woke:
 		return true
 	case <-stop:
 		return false
@@ -142,7 +157,9 @@ func sleepOrWake(ctx context.Context, stop <-chan struct{}, d time.Duration, wak
 
 // step claims and handles one batch of shard i and returns how long to wait
 // before the next claim, and a channel that ends the wait early: closed
-// when the watermark moves, if what is due waits only for it.
+// when the watermark moves, if what is due waits only for it. With nothing
+// due the loop sleeps until its head is due, at most a poll; a write that
+// lands earlier wakes it (shard.Store.Wakes).
 //
 // The order is the one every invariant rests on: claim (fenced, bounded by
 // the clock and the watermark) → crossing rule → the handler fires → settle
@@ -157,15 +174,17 @@ func (e *Engine) step(ctx context.Context, i int, l *shardLoop) (time.Duration, 
 		return 0, nil, fmt.Errorf("queue: shard %d: %w", i, err)
 	}
 	if wm == 0 {
-		// Ingest never ran: nothing is known to be silent.
-		return e.opts.Poll, nil, nil
+		// Ingest never ran: nothing is known to be silent. Look again once
+		// it has.
+		return e.wm.bound(), e.wm.wait(wm), nil
 	}
 	e.m.watermarkLag.Set(float64(now.UnixMilli()-wm) / 1e3)
 	horizon := min(now.UnixMilli(), wm)
-	c, err := e.store.Claim(ctx, e.opts.Family, i, lease, horizon, e.opts.Batch)
+	c, err := e.store.Claim(ctx, e.opts.Family, i, lease, horizon, e.opts.Batch, now.Add(e.opts.Poll))
 	if err != nil {
 		return 0, nil, err
 	}
+	e.m.claims.Inc()
 	due := c.Due
 	if len(due) == 0 {
 		wait := e.opts.Poll
@@ -173,8 +192,8 @@ func (e *Engine) step(ctx context.Context, i int, l *shardLoop) (time.Duration, 
 			d := time.UnixMilli(c.Head.Deadline).Sub(now)
 			if d <= 0 {
 				// Due by the clock but not by the watermark: claim again as
-				// soon as a later watermark is read, within a poll.
-				return wait, e.wm.wait(wm), nil
+				// soon as a later watermark is read.
+				return e.wm.bound(), e.wm.wait(wm), nil
 			}
 			wait = min(wait, d)
 		}

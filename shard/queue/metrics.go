@@ -11,6 +11,8 @@ import (
 // (dashboards and alert rules use them); a family label tells the timer
 // families apart.
 type metrics struct {
+	claims       prometheus.Counter
+	wakes        *prometheus.CounterVec
 	deferred     prometheus.Counter
 	revived      prometheus.Counter
 	leaseLost    prometheus.Counter
@@ -26,6 +28,11 @@ func newMetrics(reg prometheus.Registerer, family string) (*metrics, error) {
 	const ns, sub = "sigwatch", "scanner"
 	fl := prometheus.Labels{"family": family}
 	m := &metrics{
+		claims: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "claims_total", ConstLabels: fl,
+			Help: "Claims run on the owned shards; an idle shard sleeps until its head is due, so this grows with due work, not with shards."}),
+		wakes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "wakes_total", ConstLabels: fl,
+			Help: "Sleeping shard loops woken early, by cause: write (a write landed before the time the loop slept until), " +
+				"subscribed (the wake subscription was (re)established: every loop claims again)."}, []string{"cause"}),
 		deferred: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "deferred_total", ConstLabels: fl,
 			Help: "Due entries moved later instead of fired (by the outage rule or another handler decision)."}),
 		revived: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "revived_total", ConstLabels: fl,
@@ -46,7 +53,7 @@ func newMetrics(reg prometheus.Registerer, family string) (*metrics, error) {
 		drainMoved: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "drain_moved", ConstLabels: fl,
 			Help: "Moved timers left in the old shards this replica owns while a doubling drains; 0 otherwise."}),
 	}
-	for _, c := range []prometheus.Collector{m.deferred, m.revived, m.leaseLost, m.batchSize, m.owned,
+	for _, c := range []prometheus.Collector{m.claims, m.wakes, m.deferred, m.revived, m.leaseLost, m.batchSize, m.owned,
 		m.watermarkLag, m.shardSize, m.crossing, m.drainMoved} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("queue: register metrics: %w", err)

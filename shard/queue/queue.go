@@ -95,8 +95,11 @@ type Options struct {
 	// Rebalance is the period of the membership heartbeat and of lease
 	// acquisition and release, default 500ms.
 	Rebalance time.Duration
-	// Poll bounds the wait between two claims of one shard and the age of
-	// the watermark read, default DefaultPoll.
+	// Poll bounds how long an idle shard sleeps, default DefaultPoll. A
+	// shard with nothing due sleeps until its head is due, and a write that
+	// lands earlier wakes it at once (shard.Store.Wakes), so the bound
+	// only matters for a wake notice lost without the subscription
+	// breaking.
 	Poll time.Duration
 	// Batch is the claim limit, default 256.
 	Batch int
@@ -127,16 +130,21 @@ type Options struct {
 	Killed func() bool
 }
 
-// DefaultPoll is the default Options.Poll. An idle shard costs one claim
-// per poll, so the Redis work of an idle fleet grows with shards / poll; a
-// due head that waits for the watermark does not wait for the poll (the
-// loop wakes when a later watermark is read).
-const DefaultPoll = 20 * time.Millisecond
+// DefaultPoll is the default Options.Poll. A shard with nothing due for
+// longer costs one claim per poll, so an idle installation of 1,024 shards
+// costs a few hundred small scripts a second per family.
+const DefaultPoll = 5 * time.Second
 
 // watermarkEvery is how often the engine reads the ingest watermark while a
 // loop waits for it (at most half a poll): one small round trip per period
-// for the whole replica, however many shards it owns.
-const watermarkEvery = 5 * time.Millisecond
+// for the whole replica, however many shards it owns. watermarkAge is how
+// old a read may be when a step takes it, and watermarkHold how long a
+// loop waits for a later one before it looks again by itself.
+const (
+	watermarkEvery = 5 * time.Millisecond
+	watermarkAge   = 20 * time.Millisecond
+	watermarkHold  = time.Second
+)
 
 // sizeEvery is the period of the shard_size gauge update.
 const sizeEvery = 5 * time.Second
@@ -196,7 +204,8 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, h Handler, reg p
 		log:   log,
 		warn:  ratelog.New(time.Second, nil),
 		m:     m,
-		wm:    newWatermark(cmp.Or(opts.Watermark, store), opts.Poll, min(watermarkEvery, opts.Poll/2)),
+		wm: newWatermark(cmp.Or(opts.Watermark, store), min(watermarkAge, opts.Poll), min(watermarkEvery, opts.Poll/2),
+			min(watermarkHold, opts.Poll)),
 		loops: make(map[int]*shardLoop),
 	}, nil
 }
@@ -213,6 +222,34 @@ func (e *Engine) Owned() []int {
 	slices.Sort(out)
 	return out
 }
+
+// wakeShard ends the sleep of shard i's loop, if this replica runs it: a
+// write landed earlier than the loop's head.
+func (e *Engine) wakeShard(i int) {
+	e.mu.Lock()
+	l := e.loops[i]
+	e.mu.Unlock()
+	if l != nil {
+		e.m.wakes.WithLabelValues("write").Inc()
+		l.wake()
+	}
+}
+
+// wakeAll ends the sleep of every loop: the wake subscription was
+// (re)established, and notices sent while it was down are lost.
+func (e *Engine) wakeAll() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, l := range e.loops {
+		l.wake()
+	}
+	e.m.wakes.WithLabelValues("subscribed").Add(float64(len(e.loops)))
+}
+
+// WatermarkWanted reports whether one of the engine's loops has something
+// due by the clock that waits for a later watermark. Whoever advances the
+// watermark (the timers' own) can then do it often only while it matters.
+func (e *Engine) WatermarkWanted() bool { return e.wm.wanted() }
 
 // killed reports whether the Killed seam says the replica dies.
 func (e *Engine) killed() bool { return e.opts.Killed != nil && e.opts.Killed() }
@@ -236,9 +273,16 @@ func (e *Engine) Run(ctx context.Context) error {
 		defer close(refreshed)
 		e.wm.run(loopCtx)
 	}()
+	// Wake notices end the sleep of idle loops; they too outlive ctx.
+	subscribed := make(chan struct{})
+	go func() {
+		defer close(subscribed)
+		e.store.Wakes(loopCtx, e.opts.Family, e.wakeAll, e.wakeShard)
+	}()
 	defer func() {
 		cancelLoops()
 		<-refreshed
+		<-subscribed
 	}()
 
 	rebalance := time.NewTicker(e.opts.Rebalance)

@@ -10,8 +10,8 @@ import (
 
 // watermark shares one read of the ingest watermark among the shard loops.
 // A step takes the last value read, reading it itself only when no read is
-// younger than a poll (so an idle engine reads it about once per poll, for
-// all its shards). A loop whose head is due by the clock but not by the
+// younger than maxAge (so busy loops read it about once per maxAge, for
+// all the engine's shards, and sleeping ones not at all). A loop whose head is due by the clock but not by the
 // watermark waits for a later one instead (wait): while any does, the
 // refresher (run, owned by Engine.Run) reads the watermark every
 // watermarkEvery and wakes the waiting loops as soon as it moved, rather
@@ -21,6 +21,7 @@ type watermark struct {
 	store   *shard.Store
 	maxAge  time.Duration
 	refresh time.Duration
+	hold    time.Duration // the longest wait for a later watermark (bound)
 	kick    chan struct{} // wakes an idle refresher
 
 	mu        sync.Mutex
@@ -36,11 +37,16 @@ type watermark struct {
 }
 
 // newWatermark returns a watermark read at least every maxAge while steps
-// ask for it and, while loops wait for it to move, every refresh.
-func newWatermark(store *shard.Store, maxAge, refresh time.Duration) *watermark {
-	return &watermark{store: store, maxAge: maxAge, refresh: refresh, kick: make(chan struct{}, 1),
+// ask for it and, while loops wait for it to move (for at most hold each),
+// every refresh.
+func newWatermark(store *shard.Store, maxAge, refresh, hold time.Duration) *watermark {
+	return &watermark{store: store, maxAge: maxAge, refresh: refresh, hold: hold, kick: make(chan struct{}, 1),
 		outN: -1, changed: make(chan struct{})}
 }
+
+// bound is how long a loop waits on wait's channel before it looks again
+// by itself.
+func (w *watermark) bound() time.Duration { return w.hold }
 
 // get returns the watermark and the recorded outages.
 func (w *watermark) get(ctx context.Context) (int64, []shard.Outage, error) {
@@ -55,11 +61,11 @@ func (w *watermark) get(ctx context.Context) (int64, []shard.Outage, error) {
 }
 
 // wait returns a channel closed once a watermark later than wm is read, and
-// keeps the refresher reading for a poll.
+// keeps the refresher reading for the bound.
 func (w *watermark) wait(wm int64) <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.wantUntil = time.Now().Add(w.maxAge)
+	w.wantUntil = time.Now().Add(w.hold)
 	select {
 	case w.kick <- struct{}{}:
 	default:
@@ -70,6 +76,13 @@ func (w *watermark) wait(wm int64) <-chan struct{} {
 		return closed
 	}
 	return w.changed
+}
+
+// wanted reports whether a loop waits for a later watermark.
+func (w *watermark) wanted() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return time.Now().Before(w.wantUntil)
 }
 
 // refreshLocked reads the watermark; the caller holds mu. The outages are
@@ -100,10 +113,11 @@ func (w *watermark) refreshLocked(ctx context.Context) error {
 }
 
 // run reads the watermark every refresh while a loop waits for it to move,
-// and sleeps otherwise, until ctx is done. Failures are left to the loops:
-// get reads by itself once no read is fresh.
+// and sleeps otherwise, until ctx is done. Before ingest first ran there is
+// nothing to fire promptly, and it reads only every noneRefresh. Failures
+// are left to the loops: get reads by itself once no read is fresh.
 func (w *watermark) run(ctx context.Context) {
-	t := time.NewTicker(w.refresh)
+	t := time.NewTimer(w.refresh)
 	defer t.Stop()
 	for {
 		w.mu.Lock()
@@ -118,7 +132,12 @@ func (w *watermark) run(ctx context.Context) {
 		}
 		w.mu.Lock()
 		_ = w.refreshLocked(ctx)
+		next := w.refresh
+		if w.wm == 0 {
+			next = max(next, noneRefresh)
+		}
 		w.mu.Unlock()
+		t.Reset(next)
 		select {
 		case <-ctx.Done():
 			return
@@ -126,3 +145,6 @@ func (w *watermark) run(ctx context.Context) {
 		}
 	}
 }
+
+// noneRefresh is the refresher's period while no watermark exists yet.
+const noneRefresh = 250 * time.Millisecond

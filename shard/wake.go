@@ -1,0 +1,85 @@
+package shard
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sigwatch/sigwatch/internal/backoff"
+)
+
+// A shard's loop sleeps until its head is due instead of polling, so an idle
+// shard costs (almost) nothing. What makes that safe is the wake key: a
+// claim that found nothing due records in it when the loop will look again
+// (Claim's wakeBy, or the head if earlier), and every script that can put a
+// member earlier than the head (a new device, a lowered threshold, an armed
+// repeat, a timer reset or carry) runs wake with the earliest score it
+// wrote. A score before the recorded time deletes the key and publishes its
+// name on the family's wake channel, so the loop claims again at once; a
+// later one costs one GET. Scripts are atomic, so every write either
+// precedes the claim (which sees it) or follows it (and finds the key).
+//
+// Pub/sub is at most once, but a notice is lost only with the subscriber's
+// connection, and every (re)subscription wakes every loop (Wakes): the
+// loops claim again and record anew.
+
+// wakeLua defines wake(key, at) for the scripts that write members: key is
+// the shard's wake key (Keys.Wake), at the earliest score written. The
+// channel is the key without its hash tag (Keys.WakeChannel).
+const wakeLua = `
+local function wake(key, at)
+  if not at then return end
+  local w = redis.call('GET', key)
+  if w and at < tonumber(w) then
+    redis.call('DEL', key)
+    local head, tail = string.match(key, '^(.*){%d+}:(.-)$')
+    redis.call('PUBLISH', head .. tail, key)
+  end
+end
+`
+
+// wakeKeep is how much longer than its loop's sleep a wake key is kept: it
+// must outlive the sleep it stands for, and need not outlive its loop.
+const wakeKeep = time.Minute
+
+// Wakes delivers the wake notices of family f's shards to woke, with the
+// shard index, until ctx is done. subscribed is called each time the
+// subscription is (re)established: notices published while it was down are
+// lost, so the caller then wakes every loop it runs. Both callbacks must
+// not block.
+func (s *Store) Wakes(ctx context.Context, f Family, subscribed func(), woke func(shard int)) {
+	bo := backoff.Backoff{Policy: backoff.Policy{Base: 100 * time.Millisecond, Max: 2 * time.Second}}
+	sub := rueidis.WithOnSubscriptionHook(ctx, func(p rueidis.PubSubSubscription) {
+		if p.Kind == "subscribe" {
+			subscribed()
+		}
+	})
+	for ctx.Err() == nil {
+		err := s.c.Receive(sub, s.c.B().Subscribe().Channel(s.k.WakeChannel(f)).Build(), func(m rueidis.PubSubMessage) {
+			if i, ok := wakeShard(m.Message); ok {
+				woke(i)
+			}
+		})
+		if err == nil {
+			bo.Reset()
+		}
+		bo.Wait(ctx)
+	}
+}
+
+// wakeShard is the shard index of a wake key.
+func wakeShard(key string) (int, bool) {
+	j := strings.LastIndex(key, "{")
+	if j < 0 {
+		return 0, false
+	}
+	n, _, ok := strings.Cut(key[j+1:], "}")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(n)
+	return i, err == nil
+}
