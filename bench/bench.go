@@ -32,7 +32,7 @@ import (
 type Options struct {
 	Profile string   // "quick" (make bench, < 5 min on 2 cores) or "full"
 	OutDir  string   // where RESULTS.md, results*.json and profiles/ go; default "." (bench/)
-	Only    []string // scenario names to run (ingest, write, firelag, burst, memory, peers, overload, doubling, timers); empty: all
+	Only    []string // scenario names to run (ingest, write, firelag, burst, memory, peers, overload, doubling, timers, idle); empty: all
 	// Command is the command line recorded in the results.
 	Command  string
 	Progress io.Writer // default os.Stderr
@@ -97,6 +97,10 @@ type profile struct {
 	OverloadSurge   time.Duration
 	OverloadAfter   time.Duration
 	OverloadVictims int
+	// IdleRounds is how many times each side of the idle scenario runs, in
+	// alternating order; IdleWindow how long each is measured.
+	IdleRounds int
+	IdleWindow time.Duration
 }
 
 var profiles = map[string]profile{
@@ -110,6 +114,7 @@ var profiles = map[string]profile{
 		DoublingDevices: 100_000, DoublingThreshold: 10 * time.Second, DoublingPhase: 3 * time.Second,
 		OverloadDevices: 20_000, OverloadEvery: 2 * time.Second, OverloadBefore: 5 * time.Second, OverloadSurge: 10 * time.Second,
 		OverloadAfter: 15 * time.Second, OverloadVictims: 3_000,
+		IdleRounds: 2, IdleWindow: 5 * time.Second,
 	},
 	"full": {
 		Name:          "full",
@@ -121,11 +126,12 @@ var profiles = map[string]profile{
 		DoublingDevices: 1_000_000, DoublingThreshold: time.Minute, DoublingPhase: 8 * time.Second,
 		OverloadDevices: 20_000, OverloadEvery: 2 * time.Second, OverloadBefore: 10 * time.Second, OverloadSurge: 10 * time.Second,
 		OverloadAfter: 30 * time.Second, OverloadVictims: 5_000,
+		IdleRounds: 3, IdleWindow: 10 * time.Second,
 	},
 }
 
 // scenarioNames lists the scenarios in the order they run.
-var scenarioNames = []string{"write", "memory", "firelag", "burst", "peers", "ingest", "overload", "doubling", "timers"}
+var scenarioNames = []string{"write", "memory", "firelag", "burst", "peers", "ingest", "overload", "doubling", "timers", "idle"}
 
 // Run runs the benchmark and writes its results into opts.OutDir.
 func Run(ctx context.Context, opts Options) error {
@@ -194,6 +200,7 @@ func Run(ctx context.Context, opts Options) error {
 		{"overload", r.overload},
 		{"doubling", r.doubling},
 		{"timers", r.timers},
+		{"idle", r.idle},
 	}
 	var errs []error
 	for _, s := range steps {

@@ -37,6 +37,8 @@ func RunChild(role string) int {
 		err = natsChild()
 	case "loadgen":
 		err = loadgenChild()
+	case "poller":
+		err = pollerChild()
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}

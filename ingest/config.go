@@ -42,7 +42,11 @@ type Config struct {
 	FlushInterval time.Duration `yaml:"flush_interval"`
 	MaxInFlight   int           `yaml:"max_inflight"`
 	ProbeInterval time.Duration `yaml:"probe_interval"`
-	OutageAfter   time.Duration `yaml:"outage_after"`
+	// IdleProbeInterval is the probe period while no scanner waits for
+	// the watermark; it is kept between probe_interval and a quarter of
+	// outage_after.
+	IdleProbeInterval time.Duration `yaml:"idle_probe_interval"`
+	OutageAfter       time.Duration `yaml:"outage_after"`
 	// ReconnectGrace is how long after the broker is back from a restart
 	// devices are given to reconnect before their silence counts again.
 	ReconnectGrace time.Duration `yaml:"reconnect_grace"`
@@ -71,7 +75,7 @@ func DefaultTimestampConfig() TimestampConfig {
 // the two above it is the only copy of ingest's defaults.
 func DefaultConfig() Config {
 	return Config{Batch: 256, FlushInterval: time.Millisecond, MaxInFlight: 8192,
-		ProbeInterval: DefaultProbeInterval, OutageAfter: 3 * time.Second, ReconnectGrace: DefaultReconnectGrace,
+		ProbeInterval: DefaultProbeInterval, IdleProbeInterval: DefaultIdleProbeInterval, OutageAfter: 3 * time.Second, ReconnectGrace: DefaultReconnectGrace,
 		MemberTimeout: 10 * time.Second, MaxIDLen: DefaultMaxIDLen}
 }
 
@@ -127,6 +131,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxIDLen < 1 {
 		errs = append(errs, errors.New("ingest.max_id_len must be at least 1"))
+	}
+	if c.IdleProbeInterval < 0 {
+		errs = append(errs, errors.New("ingest.idle_probe_interval must not be negative"))
 	}
 	return errors.Join(errs...)
 }

@@ -132,7 +132,15 @@ func (in *Ingest) Run(ctx context.Context) error {
 	})
 	close(in.started)
 
+	// Scanners that wait for the watermark ask for the full probe rate
+	// (again every 100ms while they wait, so an ask lost while the
+	// subscription was down is made again).
+	wantsCtx, stopWants := context.WithCancel(ctx)
+	var wants sync.WaitGroup
+	wants.Go(func() { in.pipe.store.WatermarkWants(wantsCtx, nil, in.src.want) })
 	err := in.src.run(ctx)
+	stopWants()
+	wants.Wait()
 	// The source has stopped probing.
 	handedOver := in.opts.SharedGroup == ""
 	if len(in.opts.Brokers) > 0 && !handedOver && err == nil {

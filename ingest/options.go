@@ -60,6 +60,10 @@ type Options struct {
 	MaxInFlight   int           // signals received but not yet stored and acked, default 8192
 
 	ProbeInterval time.Duration // watermark probe period, default DefaultProbeInterval
+	// IdleProbeInterval is the probe period while no scanner waits for the
+	// watermark (see DefaultIdleProbeInterval); never below ProbeInterval
+	// nor above a quarter of OutageAfter.
+	IdleProbeInterval time.Duration
 	// ProbeTopic is where this member sends its watermark probes when they
 	// cannot ride the signals' subscriptions (see Options.probes): with a
 	// SharedGroup, a filter whose id level is not a '+', or filters that
@@ -110,6 +114,18 @@ const DefaultQoS byte = 1
 // of the scanner's fire lag; a probe costs one MQTT message and one Redis
 // script per ingest member, however many devices and shards there are.
 const DefaultProbeInterval = 10 * time.Millisecond
+
+// DefaultIdleProbeInterval is the default probe period while no scanner has
+// anything due that waits for the watermark: a quiet installation then
+// costs a few probes a second instead of a hundred. A scanner that starts
+// waiting asks for the full rate (shard.Store.WantWatermark), which ingest
+// keeps for fastHold after the last ask, so the first deadline after a quiet
+// spell fires about one probe round trip later than the next ones.
+const DefaultIdleProbeInterval = 250 * time.Millisecond
+
+// fastHold is how long ingest probes at its full rate after a scanner
+// asked for it (scanners ask every 100ms while they wait).
+const fastHold = time.Second
 
 const (
 	// flushers bounds the flushes to Redis running at once.
@@ -168,6 +184,8 @@ func (o *Options) defaults() error {
 	o.MaxInFlight = cmp.Or(max(o.MaxInFlight, 0), c.MaxInFlight)
 	o.ProbeInterval = cmp.Or(max(o.ProbeInterval, 0), c.ProbeInterval)
 	o.OutageAfter = cmp.Or(max(o.OutageAfter, 0), c.OutageAfter)
+	// An idle gap between two probes must stay far from an outage.
+	o.IdleProbeInterval = max(min(cmp.Or(max(o.IdleProbeInterval, 0), c.IdleProbeInterval), o.OutageAfter/4), o.ProbeInterval)
 	o.ReconnectGrace = cmp.Or(max(o.ReconnectGrace, 0), c.ReconnectGrace)
 	o.MemberTimeout = cmp.Or(max(o.MemberTimeout, 0), c.MemberTimeout)
 	o.ProbeTopic = cmp.Or(o.ProbeTopic, "sigwatch/probe/"+o.ClientID)

@@ -62,6 +62,10 @@ type source struct {
 	// refused receives why the broker cannot carry the probes soundly;
 	// run then returns it.
 	refused chan error
+	// fastUntil is when the full probe rate ends (unix ns): a scanner asked
+	// for the watermark (want); wanted wakes the probe loop for it.
+	fastUntil atomic.Int64
+	wanted    chan struct{}
 	// stampFrom is what stamps are capped from while there is no evidence:
 	// the global watermark, or the start time.
 	stampFrom atomic.Int64
@@ -83,7 +87,7 @@ type source struct {
 
 func newSource(opts *Options, pipe *pipeline, dead *deadLetters, br *breaks, log *slog.Logger) *source {
 	s := &source{opts: opts, log: log, pipe: pipe, dead: dead, breaks: br, connLog: ratelog.New(time.Minute, opts.Now),
-		refused: make(chan error, 1)}
+		refused: make(chan error, 1), wanted: make(chan struct{}, 1)}
 	s.brokerDropped.Store(-1)
 	s.dropBase.Store(-1)
 	s.back.any = make([]int64, len(opts.probes))
@@ -132,10 +136,43 @@ func (s *source) run(ctx context.Context) error {
 	p.Connect()
 	g.Go(func() error {
 		var buf []byte
-		periodic.Run(gctx, s.opts.ProbeInterval, func(time.Time) { buf = s.probe(c, p, buf) })
+		s.probeLoop(gctx, func() { buf = s.probe(c, p, buf) })
 		return nil
 	})
 	return g.Wait()
+}
+
+// want makes the probe loop probe at once and at its full rate for
+// fastHold: a scanner waits for the watermark.
+func (s *source) want() {
+	s.fastUntil.Store(time.Now().Add(fastHold).UnixNano())
+	select {
+	case s.wanted <- struct{}{}:
+	default:
+	}
+}
+
+// probeLoop probes every ProbeInterval while a scanner wants the
+// watermark, and every IdleProbeInterval otherwise, until ctx is done.
+func (s *source) probeLoop(ctx context.Context, probe func()) {
+	// A process that starts catches up at the full rate.
+	s.fastUntil.Store(time.Now().Add(fastHold).UnixNano())
+	t := time.NewTimer(s.opts.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.wanted:
+		}
+		probe()
+		next := s.opts.IdleProbeInterval
+		if time.Now().UnixNano() < s.fastUntil.Load() {
+			next = s.opts.ProbeInterval
+		}
+		t.Reset(next)
+	}
 }
 
 // handOver ends this member's share of a shared subscription without

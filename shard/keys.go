@@ -104,6 +104,11 @@ func (k Keys) CheckpointLock() string { return k.root + ":{meta}:checkpoint" }
 // Watermark is the time up to which ingest is known to have been consuming.
 func (k Keys) Watermark() string { return k.meta("watermark") }
 
+// WatermarkWants is the pub/sub channel on which a scanner that waits for
+// a later watermark asks ingest to probe at its full rate (see
+// Store.WantWatermark).
+func (k Keys) WatermarkWants() string { return k.prefix + ":wm:want" }
+
 // Outages lists the gaps in the watermark, "start:end" in unix ms.
 func (k Keys) Outages() string { return k.meta("outages") }
 

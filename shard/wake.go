@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -51,23 +52,49 @@ const wakeKeep = time.Minute
 // lost, so the caller then wakes every loop it runs. Both callbacks must
 // not block.
 func (s *Store) Wakes(ctx context.Context, f Family, subscribed func(), woke func(shard int)) {
+	s.subscribe(ctx, s.k.WakeChannel(f), subscribed, func(msg string) {
+		if i, ok := wakeShard(msg); ok {
+			woke(i)
+		}
+	})
+}
+
+// subscribe delivers the messages of channel to got until ctx is done,
+// subscribing again after a failure; subscribed is called each time the
+// subscription stands. Neither callback may block.
+func (s *Store) subscribe(ctx context.Context, channel string, subscribed func(), got func(msg string)) {
 	bo := backoff.Backoff{Policy: backoff.Policy{Base: 100 * time.Millisecond, Max: 2 * time.Second}}
 	sub := rueidis.WithOnSubscriptionHook(ctx, func(p rueidis.PubSubSubscription) {
-		if p.Kind == "subscribe" {
+		if p.Kind == "subscribe" && subscribed != nil {
 			subscribed()
 		}
 	})
 	for ctx.Err() == nil {
-		err := s.c.Receive(sub, s.c.B().Subscribe().Channel(s.k.WakeChannel(f)).Build(), func(m rueidis.PubSubMessage) {
-			if i, ok := wakeShard(m.Message); ok {
-				woke(i)
-			}
-		})
+		err := s.c.Receive(sub, s.c.B().Subscribe().Channel(channel).Build(), func(m rueidis.PubSubMessage) { got(m.Message) })
 		if err == nil {
 			bo.Reset()
 		}
 		bo.Wait(ctx)
 	}
+}
+
+// WantWatermark asks every ingest process to probe at its full rate for a
+// while: a scanner has something due by the clock that waits for a later
+// watermark. An idle ingest probes slower, so that a quiet installation
+// costs little; see WatermarkWants.
+func (s *Store) WantWatermark(ctx context.Context) error {
+	if err := s.c.Do(ctx, s.c.B().Publish().Channel(s.k.WatermarkWants()).Message("1").Build()).Error(); err != nil {
+		return fmt.Errorf("shard: ask for the watermark: %w", err)
+	}
+	return nil
+}
+
+// WatermarkWants calls wanted for each WantWatermark of any process until
+// ctx is done, and subscribed (if not nil) each time the subscription
+// stands. Asks made while it was down are lost; a waiting scanner asks
+// again every 100ms. Neither callback may block.
+func (s *Store) WatermarkWants(ctx context.Context, subscribed, wanted func()) {
+	s.subscribe(ctx, s.k.WatermarkWants(), subscribed, func(string) { wanted() })
 }
 
 // wakeShard is the shard index of a wake key.

@@ -177,7 +177,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			OrderedBroker: cfg.MQTT.OrderedBroker,
 			Thresholds:    a.thr, TimestampMode: cfg.Timestamp.Mode, MaxSkew: cfg.Timestamp.MaxSkew,
 			MaxIDLen: cfg.Ingest.MaxIDLen, BatchSize: cfg.Ingest.Batch, FlushInterval: cfg.Ingest.FlushInterval,
-			MaxInFlight: cfg.Ingest.MaxInFlight, ProbeInterval: cfg.Ingest.ProbeInterval,
+			MaxInFlight: cfg.Ingest.MaxInFlight, ProbeInterval: cfg.Ingest.ProbeInterval, IdleProbeInterval: cfg.Ingest.IdleProbeInterval,
 			OutageAfter: cfg.Ingest.OutageAfter, ReconnectGrace: cfg.Ingest.ReconnectGrace, MemberTimeout: cfg.Ingest.MemberTimeout,
 			Now:      a.clock.Now,
 			Registry: a.registry,

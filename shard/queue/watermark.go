@@ -113,12 +113,15 @@ func (w *watermark) refreshLocked(ctx context.Context) error {
 }
 
 // run reads the watermark every refresh while a loop waits for it to move,
-// and sleeps otherwise, until ctx is done. Before ingest first ran there is
-// nothing to fire promptly, and it reads only every noneRefresh. Failures
-// are left to the loops: get reads by itself once no read is fresh.
+// and sleeps otherwise, until ctx is done. While a loop waits it also asks
+// ingest, every askEvery, to probe at its full rate (an idle ingest probes
+// slower). Before ingest first ran there is nothing to fire promptly, and it
+// reads only every noneRefresh. Failures are left to the loops: get reads by
+// itself once no read is fresh.
 func (w *watermark) run(ctx context.Context) {
 	t := time.NewTimer(w.refresh)
 	defer t.Stop()
+	var asked time.Time
 	for {
 		w.mu.Lock()
 		wanted := time.Now().Before(w.wantUntil)
@@ -129,6 +132,10 @@ func (w *watermark) run(ctx context.Context) {
 				return
 			case <-w.kick:
 			}
+		}
+		if time.Since(asked) >= askEvery {
+			asked = time.Now()
+			_ = w.store.WantWatermark(ctx)
 		}
 		w.mu.Lock()
 		_ = w.refreshLocked(ctx)
@@ -146,5 +153,9 @@ func (w *watermark) run(ctx context.Context) {
 	}
 }
 
-// noneRefresh is the refresher's period while no watermark exists yet.
-const noneRefresh = 250 * time.Millisecond
+// noneRefresh is the refresher's period while no watermark exists yet;
+// askEvery how often a waiting engine asks ingest for its full probe rate.
+const (
+	noneRefresh = 250 * time.Millisecond
+	askEvery    = 100 * time.Millisecond
+)
