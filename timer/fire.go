@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sigwatch/sigwatch/dispatch"
@@ -132,20 +134,34 @@ const ClockMargin = 250 * time.Millisecond
 // the oldest waiting reset was published. Timers fire only up to it, so a
 // reset published before a deadline is stored before the timer can fire.
 // While the stream cannot be read, the watermark stands still and timers
-// wait. A replica does it every watermarkEvery while a timer of its own is
-// due and waits for it, and every watermarkIdle otherwise: an idle
+// wait. A replica does it every watermarkEvery while a timer is due and
+// waits for it (its own engine, or any replica's, which asks through
+// shard.Store.WantWatermark), and every watermarkIdle otherwise: an idle
 // installation reads the stream twice a second per replica.
 func (s *Service) advanceWatermark(ctx context.Context) error {
-	t := time.NewTicker(watermarkEvery)
-	defer t.Stop()
-	for tick := 0; ; tick++ {
-		if !s.eng.WatermarkWanted() && tick%int(watermarkIdle/watermarkEvery) != 0 {
+	var fastUntil atomic.Int64
+	asked := make(chan struct{}, 1)
+	var wants sync.WaitGroup
+	defer wants.Wait()
+	wantsCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	wants.Go(func() {
+		s.wm.WatermarkWants(wantsCtx, nil, func() {
+			fastUntil.Store(time.Now().Add(wantHold).UnixNano())
 			select {
-			case <-ctx.Done():
-				return nil
-			case <-t.C:
-				continue
+			case asked <- struct{}{}:
+			default:
 			}
+		})
+	})
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-asked:
 		}
 		now := s.opts.Now()
 		wm := now
@@ -171,13 +187,17 @@ func (s *Service) advanceWatermark(ctx context.Context) error {
 				s.warnOnce("timer watermark not advanced", err)
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
+		next := watermarkIdle
+		if s.eng.WatermarkWanted() || time.Now().UnixNano() < fastUntil.Load() {
+			next = watermarkEvery
 		}
+		t.Reset(next)
 	}
 }
+
+// wantHold is how long an ask for the timers' watermark keeps the
+// advancer at its full rate (a waiting engine asks every 100ms).
+const wantHold = time.Second
 
 // noOutages is the outage threshold of the timers' watermark: timers have
 // no outage rule, so no gap is recorded.

@@ -132,17 +132,20 @@ type Options struct {
 
 // DefaultPoll is the default Options.Poll. A shard with nothing due for
 // longer costs one claim per poll, so an idle installation of 1,024 shards
-// costs a few hundred small scripts a second per family.
-const DefaultPoll = 5 * time.Second
+// costs about a hundred small scripts a second per family.
+const DefaultPoll = 10 * time.Second
 
 // watermarkEvery is how often the engine reads the ingest watermark while a
 // loop waits for it (at most half a poll): one small round trip per period
 // for the whole replica, however many shards it owns. watermarkAge is how
-// old a read may be when a step takes it, and watermarkHold how long a
-// loop waits for a later one before it looks again by itself.
+// old a read may be when a step takes it: an older watermark only holds
+// firing back, and a loop with something due by the clock waits for the
+// refresher, which reads every watermarkEvery, so a sleeping shard that
+// wakes for a check costs no read of its own. watermarkHold is how long a
+// loop waits for a later watermark before it looks again by itself.
 const (
 	watermarkEvery = 5 * time.Millisecond
-	watermarkAge   = 20 * time.Millisecond
+	watermarkAge   = 250 * time.Millisecond
 	watermarkHold  = time.Second
 )
 
