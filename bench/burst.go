@@ -206,7 +206,7 @@ func (r *runner) burstRaw(ctx context.Context, n int, body []byte, mode rawMode)
 			m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, "benchraw.fence.deadlines.0")
 		}
 		if mode != rawAtomic {
-			if _, err := js.PublishMsgAsync(m, jetstream.WithMsgID(id)); err != nil {
+			if err := publishAsync(ctx, js, m, jetstream.WithMsgID(id)); err != nil {
 				return 0, err
 			}
 			continue

@@ -119,7 +119,7 @@ func (r *runner) natsTimers(ctx context.Context, n int) (timerRun, error) {
 		start := time.Now()
 		for _, j := range ids {
 			m := &nats.Msg{Subject: subj(j), Header: nats.Header{"Nats-TTL": []string{ttl(j)}}, Data: []byte("1")}
-			if _, err := js.PublishMsgAsync(m); err != nil {
+			if err := publishAsync(ctx, js, m); err != nil {
 				return 0, err
 			}
 		}
@@ -193,7 +193,7 @@ func (r *runner) natsTimers(ctx context.Context, n int) (timerRun, error) {
 			deadline[subj(j)] = time.Now().Add(d)
 			mu.Unlock()
 			m := &nats.Msg{Subject: subj(j), Header: nats.Header{"Nats-TTL": []string{d.String()}}, Data: []byte("1")}
-			if _, err := js.PublishMsgAsync(m); err != nil {
+			if err := publishAsync(ctx, js, m); err != nil {
 				return lagStats{}, err
 			}
 		}
@@ -317,7 +317,8 @@ func (r *runner) sigwatchTimers(ctx context.Context, n int) (timerRun, error) {
 		var pw sync.WaitGroup
 		pw.Go(func() {
 			for j := 0; pctx.Err() == nil; j++ {
-				if _, err := js.PublishAsync("sigwatch.timers.set."+queue, bodies[j%len(bodies)]); err != nil {
+				m := &nats.Msg{Subject: "sigwatch.timers.set." + queue, Data: bodies[j%len(bodies)]}
+				if err := publishAsync(pctx, js, m); err != nil && pctx.Err() == nil {
 					pubErr.Store(&err)
 					return
 				}

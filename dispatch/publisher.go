@@ -16,6 +16,7 @@ import (
 type Publisher struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
+	room     *inflight // bounds the asynchronous publishes of js
 	opts     Options
 	subjects Subjects
 	owned    bool // the connection is the publisher's, from Dial
@@ -46,7 +47,7 @@ func New(ctx context.Context, nc *nats.Conn, opts Options) (*Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: jetstream: %w", err)
 	}
-	p.js = js
+	p.js, p.room = js, newInflight(opts.MaxPending)
 	if err := p.ensureStream(ctx); err != nil {
 		return nil, err
 	}
@@ -228,8 +229,28 @@ func sleep(ctx context.Context, d time.Duration) {
 // publishAsync publishes msgs[i] for each i of todo, waits for their
 // acknowledgements and sets errs[i]. It returns the indexes of those the
 // stream refused only because another message checking the same fence was
-// in flight, while ctx allows another try.
+// in flight, while ctx allows another try. It waits for room among the
+// publishes in flight (Options.MaxPending) first, a part of todo at a time
+// if todo is larger.
 func (p *Publisher) publishAsync(ctx context.Context, fence Fence, msgs []Message, todo []int, errs []error) (again []int) {
+	for len(todo) > 0 {
+		part := todo[:min(len(todo), p.room.max)]
+		if err := p.room.acquire(ctx, len(part)); err != nil {
+			for _, i := range todo {
+				errs[i] = fmt.Errorf("dispatch: publish %s: waiting for room among the publishes in flight: %w", msgs[i].Subject, err)
+			}
+			return again
+		}
+		again = append(again, p.publishPart(ctx, fence, msgs, part, errs)...)
+		todo = todo[len(part):]
+	}
+	return again
+}
+
+// publishPart is publishAsync for a part that has its room.
+func (p *Publisher) publishPart(ctx context.Context, fence Fence, msgs []Message, todo []int, errs []error) (again []int) {
+	settled, pending := 0, []jetstream.PubAckFuture(nil)
+	defer func() { p.room.release(settled, pending) }()
 	futures := make([]jetstream.PubAckFuture, len(todo))
 	for k, i := range todo {
 		m := msgs[i]
@@ -239,6 +260,7 @@ func (p *Publisher) publishAsync(ctx context.Context, fence Fence, msgs []Messag
 		f, err := p.js.PublishMsgAsync(nm, jetstream.WithMsgID(m.ID))
 		if err != nil {
 			errs[i] = fmt.Errorf("dispatch: publish %s: %w", m.Subject, err)
+			settled++
 			continue
 		}
 		futures[k] = f
@@ -250,8 +272,10 @@ func (p *Publisher) publishAsync(ctx context.Context, fence Fence, msgs []Messag
 		i := todo[k]
 		select {
 		case <-f.Ok():
+			settled++
 			errs[i] = nil
 		case err := <-f.Err():
+			settled++
 			if isFenceBusy(err) && ctx.Err() == nil {
 				again = append(again, i)
 			} else if isFenced(err) {
@@ -259,6 +283,7 @@ func (p *Publisher) publishAsync(ctx context.Context, fence Fence, msgs []Messag
 			}
 			errs[i] = fmt.Errorf("dispatch: publish %s: %w", msgs[i].Subject, err)
 		case <-ctx.Done():
+			pending = append(pending, f)
 			errs[i] = fmt.Errorf("dispatch: publish %s: no ack: %w", msgs[i].Subject, ctx.Err())
 		}
 	}

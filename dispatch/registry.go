@@ -57,6 +57,7 @@ type RegistryMeta struct {
 // concurrent use.
 type Registry struct {
 	js     jetstream.JetStream
+	room   *inflight // the publisher's: registry writes share its client
 	kv     jetstream.KeyValue
 	bucket string
 	stream string        // the bucket's stream, KV_<bucket>
@@ -119,7 +120,7 @@ func (p *Publisher) OpenRegistry(ctx context.Context) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: registry bucket %s: %w", bucket, err)
 	}
-	r := &Registry{js: p.js, kv: kv, bucket: bucket, stream: "KV_" + bucket, idle: p.opts.AckWait,
+	r := &Registry{js: p.js, room: p.room, kv: kv, bucket: bucket, stream: "KV_" + bucket, idle: p.opts.AckWait,
 		later: make(chan later, laterQueue), log: p.opts.Log}
 
 	s, err := p.js.Stream(ctx, r.stream)

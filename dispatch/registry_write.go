@@ -24,6 +24,36 @@ type UpdateFunc func(rec *DeviceRecord, exists bool) (keep, del bool)
 // with fn instead, by read-modify-write.
 func (r *Registry) Add(ctx context.Context, recs []DeviceRecord, fn UpdateFunc) []error {
 	errs := make([]error, len(recs))
+	var again []int
+	for lo := 0; lo < len(recs); lo += r.room.max {
+		hi := min(lo+r.room.max, len(recs))
+		if err := r.room.acquire(ctx, hi-lo); err != nil {
+			for j := lo; j < len(recs); j++ {
+				errs[j] = fmt.Errorf("dispatch: registry write of device %q: waiting for room among the publishes in flight: %w", recs[j].ID, err)
+			}
+			break
+		}
+		for _, j := range r.addPart(ctx, recs[lo:hi], errs[lo:hi]) {
+			again = append(again, lo+j)
+		}
+	}
+	if len(again) > 0 {
+		ids := make([]string, len(again))
+		for k, j := range again {
+			ids[k] = recs[j].ID
+		}
+		for k, err := range r.Update(ctx, ids, fn) {
+			errs[again[k]] = err
+		}
+	}
+	return errs
+}
+
+// addPart publishes the new keys of recs, which have their room, and sets
+// errs; it returns the indexes of the records that exist already.
+func (r *Registry) addPart(ctx context.Context, recs []DeviceRecord, errs []error) (again []int) {
+	settled, pending := 0, []jetstream.PubAckFuture(nil)
+	defer func() { r.room.release(settled, pending) }()
 	futs := make([]jetstream.PubAckFuture, len(recs))
 	for j, rec := range recs {
 		if !utf8.ValidString(rec.ID) {
@@ -42,33 +72,27 @@ func (r *Registry) Add(ctx context.Context, recs []DeviceRecord, fn UpdateFunc) 
 			errs[j] = fmt.Errorf("dispatch: registry write of device %q: %w", rec.ID, err)
 		}
 	}
-	var again []int
 	for j, f := range futs {
 		if f == nil {
+			settled++
 			continue
 		}
 		select {
 		case <-f.Ok():
+			settled++
 		case err := <-f.Err():
+			settled++
 			if isConflict(err) {
 				again = append(again, j)
 				continue
 			}
 			errs[j] = fmt.Errorf("dispatch: registry write of device %q: %w", recs[j].ID, err)
 		case <-ctx.Done():
+			pending = append(pending, f)
 			errs[j] = fmt.Errorf("dispatch: registry write of device %q: %w", recs[j].ID, ctx.Err())
 		}
 	}
-	if len(again) > 0 {
-		ids := make([]string, len(again))
-		for k, j := range again {
-			ids[k] = recs[j].ID
-		}
-		for k, err := range r.Update(ctx, ids, fn) {
-			errs[again[k]] = err
-		}
-	}
-	return errs
+	return again
 }
 
 // laterQueue bounds the changes Later holds; a full queue makes Later wait.
