@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -54,10 +55,15 @@ func (r *runner) timers(ctx context.Context) error {
 		single := newFigure(fmt.Sprintf("timer resets/s, one reset per NATS message (diagnostic), %s timers", size), "/s",
 			sw.single, "NATS-native timer", nat.resets)
 		single.Detail = "the same path with a message per reset: its ceiling is the JetStream publish rate the NATS-native timer has, plus sigwatch's store"
+		req := newFigure(fmt.Sprintf("timer resets/s, one reset per request answered once stored, %s timers", size), "/s",
+			sw.requested, "NATS-native timer", nat.resets, ratioAtLeast(1))
+		req.Detail = fmt.Sprintf("sigwatch: one core NATS request per reset on `sigwatch.timers.reset.<queue>`, answered once "+
+			"the reset is stored in Redis, %d requests in flight (as many as the NATS-native timer's publishes); %s",
+			natsInFlight, sw.requestCPU)
 		mem := newFigure(fmt.Sprintf("memory per timer, %s timers", size), "B", sw.bytes, "NATS-native timer", nat.bytes, ratioAtMost(0.5))
 		mem.Detail = fmt.Sprintf("sigwatch: Redis used_memory growth / timers, a timer without payload (member `<queue>/<id>`); "+
 			"NATS-native: nats-server RSS growth / timers (the stream's own count of bytes: %.0f B)", nat.streamBytes)
-		sc.Figures = append(sc.Figures, f, single, mem)
+		sc.Figures = append(sc.Figures, f, single, req, mem)
 		for _, l := range []struct {
 			what   string
 			sw, nt lagStats
@@ -91,6 +97,8 @@ const natsInFlight = 4096
 // timerRun is what one system measured.
 type timerRun struct {
 	resets, single float64 // resets/s
+	requested      float64 // resets/s, one per request answered once stored
+	requestCPU     cpuShares
 	bytes          float64 // per timer
 	streamBytes    float64
 	spread, once   lagStats
@@ -347,6 +355,11 @@ func (r *runner) sigwatchTimers(ctx context.Context, n int) (timerRun, error) {
 	if out.single, _, err = resetRate(1); err != nil {
 		return out, err
 	}
+	c0 = cpu.sample()
+	if out.requested, err = r.requestRate(ctx, queue, ids); err != nil {
+		return out, err
+	}
+	out.requestCPU = cpu.since(c0)
 	r.p.Printf("timers", "sigwatch: %.0f resets/s (%d per message), %.0f/s one per message, %.0f B per timer",
 		out.resets, timersBatch, out.single, out.bytes)
 
@@ -431,4 +444,53 @@ func rssOf(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// requestRate measures resets sent one per core NATS request, each
+// answered once stored, with natsInFlight requests in flight: the rate of
+// answers that say stored, over the profile's peer window.
+func (r *runner) requestRate(ctx context.Context, queue string, ids []string) (float64, error) {
+	inbox := nats.NewInbox()
+	var stored, refused atomic.Int64
+	room := make(chan struct{}, natsInFlight)
+	sub, err := r.e.nc.Subscribe(inbox+".*", func(m *nats.Msg) {
+		if bytes.Contains(m.Data, []byte(`"stored"`)) {
+			stored.Add(1)
+		} else {
+			refused.Add(1)
+		}
+		<-room
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer sub.Unsubscribe()
+	sub.SetPendingLimits(-1, -1)
+	bodies := make([][]byte, len(ids))
+	for j, id := range ids {
+		bodies[j], _ = json.Marshal(timer.Request{ID: id, After: json.RawMessage(`"10m"`)})
+	}
+	pctx, stop := context.WithCancel(ctx)
+	var pw sync.WaitGroup
+	pw.Go(func() {
+		for j := 0; pctx.Err() == nil; j++ {
+			select {
+			case room <- struct{}{}:
+			case <-pctx.Done():
+				return
+			}
+			_ = r.e.nc.PublishRequest("sigwatch.timers.reset."+queue, inbox+"."+strconv.Itoa(j%natsInFlight), bodies[j%len(bodies)])
+		}
+	})
+	time.Sleep(time.Second) // warm-up
+	s0, t0 := stored.Load(), time.Now()
+	time.Sleep(r.prof.PeerFor)
+	rate := float64(stored.Load()-s0) / time.Since(t0).Seconds()
+	stop()
+	pw.Wait()
+	if n := refused.Load(); n > 0 {
+		return 0, fmt.Errorf("%d reset requests refused", n)
+	}
+	r.p.Printf("timers", "sigwatch: %.0f resets/s, one per request answered once stored", rate)
+	return rate, nil
 }

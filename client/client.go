@@ -25,7 +25,7 @@ type Options struct {
 	Token string
 	// HTTPClient defaults to a client with a 10s timeout.
 	HTTPClient *http.Client
-	// NATS is needed by Publish and Subscribe.
+	// NATS is needed by Publish, Request and Subscribe.
 	NATS *nats.Conn
 	// Prefix is the first subject token (nats.prefix), default "sigwatch".
 	Prefix string
@@ -234,6 +234,55 @@ func (c *Client) Publish(ctx context.Context, queue string, rs ...Reset) error {
 	}
 	if _, err := c.js.Publish(ctx, c.opts.Prefix+".timers.set."+queue, data); err != nil {
 		return fmt.Errorf("client: publish resets: %w", err)
+	}
+	return nil
+}
+
+// Request stores resets of queue over a NATS request, and returns once
+// sigwatch has stored them in Redis: one broker round trip, with no stream
+// in between, the cheapest way to send one reset per message and know it is
+// stored. A request is stored whole or refused whole (*Error with Status
+// 400, nothing stored); *Error with Status 503 says no sigwatch process
+// answered or Redis did not take it, and trying again may succeed. Unlike
+// Publish, the broker holds nothing while sigwatch is down: the caller
+// retries. Deadlines given by After count from when sigwatch stores them.
+func (c *Client) Request(ctx context.Context, queue string, rs ...Reset) error {
+	if c.opts.NATS == nil {
+		return errors.New("client: Request needs Options.NATS")
+	}
+	if err := CheckQueue(queue); err != nil {
+		return err
+	}
+	bs, err := bodies(rs)
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(bs)
+	if err != nil {
+		return err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.hc.Timeout)
+		defer cancel()
+	}
+	m, err := c.opts.NATS.RequestWithContext(ctx, c.opts.Prefix+".timers.reset."+queue, data)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return &Error{Status: http.StatusServiceUnavailable, Message: "no sigwatch process takes timer reset requests (timers.nats off, or none running)"}
+	case err != nil:
+		return fmt.Errorf("client: reset request: %w", err)
+	}
+	var r struct {
+		Stored int    `json:"stored"`
+		Status int    `json:"status"`
+		Error  string `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return fmt.Errorf("client: reset request: bad answer %q: %w", m.Data, err)
+	}
+	if r.Status != 0 {
+		return &Error{Status: r.Status, Message: r.Error}
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -152,4 +153,42 @@ func sameTimerStream(has, want jetstream.StreamConfig) bool {
 	return slices.Equal(has.Subjects, want.Subjects) && has.Retention == want.Retention &&
 		has.Storage == want.Storage && has.Replicas == want.Replicas && has.Discard == want.Discard &&
 		has.MaxBytes == want.MaxBytes && has.MaxMsgs == want.MaxMsgs && has.Description == want.Description
+}
+
+// TimerReset is the subject of the requests that store timer resets of a
+// queue and are answered once they are stored (see ServeTimerResets).
+func (s Subjects) TimerReset(queue string) string { return s.prefix() + ".timers.reset." + queue }
+
+// AllTimerReset is the wildcard of every queue's reset request subject.
+func (s Subjects) AllTimerReset() string { return s.prefix() + ".timers.reset.>" }
+
+// Request is one core NATS request, answered with Respond.
+type Request struct {
+	Subject string
+	Data    []byte
+	msg     *nats.Msg
+}
+
+// Respond answers the request.
+func (r Request) Respond(body []byte) error { return r.msg.Respond(body) }
+
+// timerRequestGroup is the queue group of the reset requests: each request
+// goes to one process.
+const timerRequestGroup = "sigwatch-timers"
+
+// ServeTimerResets hands the reset requests of every queue to in, each to
+// one process of those serving, until ctx is done. A request waits while in
+// is full; the requester's timeout bounds that.
+func (p *Publisher) ServeTimerResets(ctx context.Context, in chan<- Request) error {
+	sub, err := p.nc.QueueSubscribe(p.subjects.AllTimerReset(), timerRequestGroup, func(m *nats.Msg) {
+		select {
+		case in <- Request{Subject: m.Subject, Data: m.Data, msg: m}:
+		case <-ctx.Done():
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("dispatch: serve timer reset requests: %w", err)
+	}
+	<-ctx.Done()
+	return sub.Unsubscribe()
 }

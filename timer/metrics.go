@@ -32,7 +32,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "publish_errors_total",
 			Help: "Timer events not published; the timer stays and fires again."}),
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "resets_total",
-			Help: "Timer resets stored, by path (http, nats)."}, []string{"path"}),
+			Help: "Timer resets stored, by path (http, nats: the stream, request: NATS request answered once stored)."}, []string{"path"}),
 		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "invalid_total",
 			Help: "Timer resets refused as malformed, by reason; over NATS they go to the invalid subject."}, []string{"reason"}),
 		backlog: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "nats_backlog",

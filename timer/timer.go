@@ -139,6 +139,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	if s.opts.NATS && s.opts.Consume {
 		run(s.consume)
+		run(s.serveRequests)
 	}
 	wg.Wait()
 	return ferr
