@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"os"
 	"strings"
 	"testing"
 )
@@ -71,5 +72,22 @@ func TestRenderMarkdownMarksMissedTargets(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("RESULTS.md lacks %q:\n%s", want, md)
 		}
+	}
+}
+
+// TestResultsMarkdownIsRendered fails when RESULTS.md is not exactly what
+// the results-<profile>.json files and ANALYSIS.md beside it render: no
+// figure in it is edited by hand, and none is left from an older run.
+func TestResultsMarkdownIsRendered(t *testing.T) {
+	want, err := rendered(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("RESULTS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Errorf("RESULTS.md differs from what results-*.json and ANALYSIS.md render: run `go run ./cmd/sigwatch-bench -render`")
 	}
 }

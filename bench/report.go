@@ -184,6 +184,19 @@ func (r *Results) merge(dir string) error {
 // render writes dir/RESULTS.md from every results-<profile>.json in dir and
 // the hand-written dir/ANALYSIS.md.
 func render(dir string) error {
+	md, err := rendered(dir)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "RESULTS.md"), []byte(md), 0o644); err != nil {
+		return fmt.Errorf("bench: write RESULTS.md: %w", err)
+	}
+	return nil
+}
+
+// rendered is what RESULTS.md in dir must hold: what every
+// results-<profile>.json in dir and dir/ANALYSIS.md render.
+func rendered(dir string) (string, error) {
 	var runs []*Results
 	for _, name := range []string{"full", "quick"} {
 		raw, err := os.ReadFile(filepath.Join(dir, "results-"+name+".json"))
@@ -192,16 +205,12 @@ func render(dir string) error {
 		}
 		var rr Results
 		if err := json.Unmarshal(raw, &rr); err != nil {
-			return fmt.Errorf("bench: read results-%s.json: %w", name, err)
+			return "", fmt.Errorf("bench: read results-%s.json: %w", name, err)
 		}
 		runs = append(runs, &rr)
 	}
 	analysis, _ := os.ReadFile(filepath.Join(dir, "ANALYSIS.md"))
-	md := renderMarkdown(runs, string(analysis))
-	if err := os.WriteFile(filepath.Join(dir, "RESULTS.md"), []byte(md), 0o644); err != nil {
-		return fmt.Errorf("bench: write RESULTS.md: %w", err)
-	}
-	return nil
+	return renderMarkdown(runs, string(analysis)), nil
 }
 
 // renderMarkdown renders RESULTS.md from the runs (full profile first) and
