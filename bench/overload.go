@@ -124,7 +124,7 @@ func (r *runner) overloadSide(ctx context.Context, surge bool) (overloadRun, err
 		return res, err
 	}
 
-	w, err := newLostWatcher(r.e.ni.URL, "sigwatch.lost.>")
+	w, err := newLostWatcher(ctx, r.e.ni.URL, "sigwatch.lost.>")
 	if err != nil {
 		return res, err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 
@@ -110,11 +111,13 @@ func (g *scanRig) stop() {
 	g.rc.Close()
 }
 
-// lostWatcher receives lost events on core NATS and records each event's
-// fire lag: the time it was received minus its deadline.
+// lostWatcher reads lost events from the event stream as they are stored
+// (an ordered JetStream consumer from the newest on) and records each
+// event's fire lag: the time it was received, so after the stream stored
+// it, minus its deadline. Every side publishes into the same stream.
 type lostWatcher struct {
-	nc  *nats.Conn
-	sub *nats.Subscription
+	nc *nats.Conn
+	cc jetstream.ConsumeContext
 
 	mu   sync.Mutex
 	lags []float64          // ms
@@ -122,32 +125,41 @@ type lostWatcher struct {
 	dups int
 }
 
-func newLostWatcher(url, subject string) (*lostWatcher, error) {
+func newLostWatcher(ctx context.Context, url, subject string) (*lostWatcher, error) {
 	nc, err := nats.Connect(url)
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect nats: %w", err)
 	}
 	w := &lostWatcher{nc: nc, byID: make(map[string]float64)}
-	w.sub, err = nc.Subscribe(subject, w.onMsg)
+	// The stream as sigwatch makes it, if no scenario did yet.
+	if _, err := dispatch.New(ctx, nc, dispatch.Options{}); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
 		return nil, err
 	}
-	w.sub.SetPendingLimits(-1, -1)
-	if err := nc.Flush(); err != nil {
+	cons, err := js.OrderedConsumer(ctx, "SIGWATCH", jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverNewPolicy})
+	if err == nil {
+		w.cc, err = cons.Consume(func(m jetstream.Msg) { w.onData(m.Data()) })
+	}
+	if err != nil {
 		nc.Close()
-		return nil, err
+		return nil, fmt.Errorf("bench: read the event stream: %w", err)
 	}
 	return w, nil
 }
 
-func (w *lostWatcher) onMsg(m *nats.Msg) {
+func (w *lostWatcher) onData(data []byte) {
 	now := time.Now()
 	var ev struct {
 		ID       string `json:"id"`
 		Deadline int64  `json:"deadline"`
 	}
-	if err := json.Unmarshal(m.Data, &ev); err != nil {
+	if err := json.Unmarshal(data, &ev); err != nil {
 		return
 	}
 	lag := float64(now.UnixMicro())/1000 - float64(ev.Deadline)
@@ -180,7 +192,10 @@ func (w *lostWatcher) stats() (lagStats, int) {
 	return summarize(w.lags), w.dups
 }
 
-func (w *lostWatcher) close() { w.nc.Close() }
+func (w *lostWatcher) close() {
+	w.cc.Stop()
+	w.nc.Close()
+}
 
 // cpuProfile records a CPU profile of this process into dir/name.pprof
 // until the returned function is called, which adds the profile and its

@@ -84,7 +84,8 @@ func (r *runner) timers(ctx context.Context) error {
 	}
 	sc.Notes = append(sc.Notes, "sigwatch runs its timer service in the harness process (one replica owning all "+
 		strconv.Itoa(shards)+" shards, firing through the same JetStream publisher as the lost events, storing NATS resets with "+
-		"its consumer); lateness is the event's arrival on a core NATS subscriber minus its deadline. The other timers "+
+		"its consumer); lateness is the event's arrival through an ordered JetStream consumer of the event stream (so once "+
+		"stored, as the NATS-native side's markers are read) minus its deadline. The other timers "+
 		"of each count stay 10 minutes ahead, and both systems hold the same count. The NATS-native timer's deadlines "+
 		"have whole-second TTLs, so the spread ones fall due in one-second steps; sigwatch's are spread evenly.")
 	r.res.add(sc)
@@ -368,12 +369,23 @@ func (r *runner) sigwatchTimers(ctx context.Context, n int) (timerRun, error) {
 		mu   sync.Mutex
 		lags []float64
 	)
-	sub, err := r.e.nc.Subscribe("sigwatch.timer."+queue, func(m *nats.Msg) {
+	// Each fire is timed when the stream has stored it: an ordered consumer
+	// of the event stream, as the NATS-native side reads its markers.
+	js2, err := jetstream.New(r.e.nc)
+	if err != nil {
+		return out, err
+	}
+	evs, err := js2.OrderedConsumer(ctx, "SIGWATCH", jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{"sigwatch.timer." + queue}, DeliverPolicy: jetstream.DeliverNewPolicy})
+	if err != nil {
+		return out, err
+	}
+	cc, err := evs.Consume(func(m jetstream.Msg) {
 		now := time.Now()
 		var ev struct {
 			Deadline int64 `json:"deadline"`
 		}
-		if json.Unmarshal(m.Data, &ev) == nil {
+		if json.Unmarshal(m.Data(), &ev) == nil {
 			mu.Lock()
 			lags = append(lags, float64(now.UnixMicro()-ev.Deadline*1000)/1e3)
 			mu.Unlock()
@@ -382,7 +394,7 @@ func (r *runner) sigwatchTimers(ctx context.Context, n int) (timerRun, error) {
 	if err != nil {
 		return out, err
 	}
-	defer sub.Unsubscribe()
+	defer cc.Stop()
 	measure := func(k int, deadline func(j int) int64) (lagStats, error) {
 		mu.Lock()
 		lags = nil
