@@ -263,7 +263,7 @@ func (c *Client) Request(ctx context.Context, queue string, rs ...Reset) error {
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.hc.Timeout)
+		ctx, cancel = context.WithTimeout(ctx, cmp.Or(c.hc.Timeout, 10*time.Second))
 		defer cancel()
 	}
 	m, err := c.opts.NATS.RequestWithContext(ctx, c.opts.Prefix+".timers.reset."+queue, data)
