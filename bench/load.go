@@ -100,20 +100,20 @@ func preloadDurable(ctx context.Context, reg *dispatch.Registry, ids []string) e
 // setDeadlines sets deadline(j) for ids[j] unconditionally (ZADD without
 // GT): the harness moves deadlines earlier to make devices fall due.
 func setDeadlines(ctx context.Context, rc rueidis.Client, keys shard.Keys, ids []string, deadline func(j int) int64) error {
+	// Through the store's Set, which wakes a shard's sleeping loop as every
+	// write that moves a deadline earlier does in sigwatch.
+	store := shard.NewStore(rc, keys)
 	return parallelChunks(ctx, len(ids), 1000, 4, func(lo, hi int) error {
 		es := make([]shard.Entry, 0, hi-lo)
 		for j := lo; j < hi; j++ {
 			es = append(es, shard.Entry{ID: ids[j], Deadline: deadline(j)})
 		}
-		cmds := make(rueidis.Commands, 0, shards)
 		for i, es := range groupByShard(es) {
-			c := rc.B().Zadd().Key(keys.Timers(shard.Deadlines, i)).ScoreMember()
-			for _, e := range es {
-				c = c.ScoreMember(float64(e.Deadline), e.ID)
+			if err := store.Set(ctx, shard.Deadlines, i, es...); err != nil {
+				return err
 			}
-			cmds = append(cmds, c.Build())
 		}
-		return firstErr(rc.DoMulti(ctx, cmds...))
+		return nil
 	})
 }
 

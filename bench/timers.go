@@ -60,9 +60,10 @@ func (r *runner) timers(ctx context.Context) error {
 		req.Detail = fmt.Sprintf("sigwatch: one core NATS request per reset on `sigwatch.timers.reset.<queue>`, answered once "+
 			"the reset is stored in Redis, %d requests in flight (as many as the NATS-native timer's publishes); %s",
 			natsInFlight, sw.requestCPU)
-		mem := newFigure(fmt.Sprintf("memory per timer, %s timers", size), "B", sw.bytes, "NATS-native timer", nat.bytes, ratioAtMost(0.5))
-		mem.Detail = fmt.Sprintf("sigwatch: Redis used_memory growth / timers, a timer without payload (member `<queue>/<id>`); "+
-			"NATS-native: nats-server RSS growth / timers (the stream's own count of bytes: %.0f B)", nat.streamBytes)
+		mem := newFigure(fmt.Sprintf("memory per timer, %s timers", size), "B", sw.bytes, "NATS-native timer", nat.streamBytes, ratioAtMost(0.5))
+		mem.Detail = fmt.Sprintf("each store's own accounting: sigwatch, Redis used_memory growth / timers, a timer without "+
+			"payload (member `<queue>/<id>`); NATS-native, the stream's bytes / timers (its messages only, not the server's "+
+			"indexes; nats-server RSS grew by %.0f B per timer, which GC headroom makes noisy)", nat.bytes)
 		sc.Figures = append(sc.Figures, f, single, req, mem)
 		for _, l := range []struct {
 			what   string

@@ -62,12 +62,36 @@ func (s *Store) Arm(ctx context.Context, f Family, i int, id string, at, horizon
 	return v, true, nil
 }
 
-// Set writes one deadline unconditionally (ZADD without GT), for changes that
-// may move a deadline earlier, such as a lowered threshold.
-func (s *Store) Set(ctx context.Context, f Family, i int, e Entry) error {
-	err := s.c.Do(ctx, s.c.B().Zadd().Key(s.k.Timers(f, i)).ScoreMember().
-		ScoreMember(float64(e.Deadline), e.ID).Build()).Error()
-	if err != nil {
+// setScript writes deadlines unconditionally and wakes the shard's loop if
+// one lands before the time it sleeps until (see wake.go).
+//
+// KEYS[1]: timer ZSET of one shard; KEYS[2]: its wake key
+// ARGV: score, member pairs
+// Returns: 1.
+var setScript = newScript(wakeLua + `
+local low
+for i = 1, #ARGV, 2 do
+  local d = tonumber(ARGV[i])
+  if not low or d < low then low = d end
+end
+for lo = 1, #ARGV, 2000 do
+  redis.call('ZADD', KEYS[1], unpack(ARGV, lo, math.min(lo + 1999, #ARGV)))
+end
+wake(KEYS[2], low)
+return 1`)
+
+// Set writes deadlines of shard i unconditionally (ZADD without GT), for
+// changes that may move a deadline earlier; a sleeping loop whose head they
+// pass is woken.
+func (s *Store) Set(ctx context.Context, f Family, i int, es ...Entry) error {
+	if len(es) == 0 {
+		return nil
+	}
+	args := make([]string, 0, 2*len(es))
+	for _, e := range es {
+		args = append(args, strconv.FormatInt(e.Deadline, 10), e.ID)
+	}
+	if err := setScript.exec(ctx, s.c, []string{s.k.Timers(f, i), s.k.Wake(f, i)}, args).Error(); err != nil {
 		return fmt.Errorf("shard: set %s in shard %d: %w", f, i, err)
 	}
 	return nil

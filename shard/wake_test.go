@@ -101,6 +101,12 @@ func TestWritesEarlierThanTheClaimWake(t *testing.T) {
 			t.Fatal(err)
 		}
 		expectWake(t, woke, 1, "a threshold lowered below the head")
+
+		claim(s, shard.Deadlines, 1, l)
+		if err := s.Set(ctx, shard.Deadlines, 1, shard.Entry{ID: id("late", 1), Deadline: at(time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+		expectWake(t, woke, 1, "a deadline set earlier than the head")
 	})
 
 	t.Run("repeats", func(t *testing.T) {
