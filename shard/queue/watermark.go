@@ -10,13 +10,13 @@ import (
 
 // watermark shares one read of the ingest watermark among the shard loops.
 // A step takes the last value read, reading it itself only when no read is
-// younger than maxAge (so busy loops read it about once per maxAge, for
-// all the engine's shards, and sleeping ones not at all). A loop whose head is due by the clock but not by the
-// watermark waits for a later one instead (wait): while any does, the
-// refresher (run, owned by Engine.Run) reads the watermark every
-// watermarkEvery and wakes the waiting loops as soon as it moved, rather
-// than a poll later. An older watermark is never unsafe: it only holds
-// firing back (invariant 6).
+// younger than maxAge (so busy loops read it about once per maxAge, for all
+// the engine's shards, and sleeping ones not at all). A loop whose head is
+// due by the clock but not by the watermark waits for a later one instead
+// (wait): while any does, the refresher (run, owned by Engine.Run) reads
+// the watermark every watermarkEvery and wakes the waiting loops as soon as
+// it moved, rather than a poll later. An older watermark is never unsafe:
+// it only holds firing back (invariant 6).
 type watermark struct {
 	store   *shard.Store
 	maxAge  time.Duration
