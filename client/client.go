@@ -221,14 +221,7 @@ func (c *Client) Publish(ctx context.Context, queue string, rs ...Reset) error {
 	if c.js == nil {
 		return errors.New("client: Publish needs Options.NATS")
 	}
-	if err := CheckQueue(queue); err != nil {
-		return err
-	}
-	bs, err := bodies(rs)
-	if err != nil {
-		return err
-	}
-	data, err := json.Marshal(bs)
+	data, err := natsBody(queue, rs)
 	if err != nil {
 		return err
 	}
@@ -236,6 +229,19 @@ func (c *Client) Publish(ctx context.Context, queue string, rs ...Reset) error {
 		return fmt.Errorf("client: publish resets: %w", err)
 	}
 	return nil
+}
+
+// natsBody is the message that carries rs of queue over NATS, the same for
+// the stream and the request path.
+func natsBody(queue string, rs []Reset) ([]byte, error) {
+	if err := CheckQueue(queue); err != nil {
+		return nil, err
+	}
+	bs, err := bodies(rs)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(bs)
 }
 
 // Request stores resets of queue over a NATS request, and returns once
@@ -250,14 +256,7 @@ func (c *Client) Request(ctx context.Context, queue string, rs ...Reset) error {
 	if c.opts.NATS == nil {
 		return errors.New("client: Request needs Options.NATS")
 	}
-	if err := CheckQueue(queue); err != nil {
-		return err
-	}
-	bs, err := bodies(rs)
-	if err != nil {
-		return err
-	}
-	data, err := json.Marshal(bs)
+	data, err := natsBody(queue, rs)
 	if err != nil {
 		return err
 	}

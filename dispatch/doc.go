@@ -9,6 +9,9 @@
 //     line with the configured limits at every start) and asynchronous
 //     publishing with bounded outstanding acknowledgements; core NATS as an
 //     option.
+//   - inflight.go: the room among the asynchronous publishes in flight,
+//     which a batch waits for instead of failing (shared with the
+//     registry's writes).
 //   - fence.go: shard fences in the stream (invariant 11): an owner's
 //     fence message, publishes the stream stores only under the latest
 //     fence, and the look-up of events an earlier owner stored. A
@@ -22,6 +25,8 @@
 //   - registry_write.go: first sightings in one asynchronous publish each,
 //     changes written in the background (Later, Run), and the stream's
 //     losses a restore reads (Losses).
+//   - timers.go: the timer event, the work-queue stream of resets and its
+//     consumer, and the reset requests (ServeTimerResets).
 //   - consume.go: a durable consumer of lost and recovered events shared by
 //     the replicas of a role (the alarm workers).
 package dispatch

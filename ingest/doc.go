@@ -37,8 +37,14 @@
 //   - ingest.go: Ingest, New, Run (the wiring and the order of stopping), Signal.
 //   - signals.go: Signals, a batch from the API, stamped in order with barriers.
 //   - options.go: Options, their defaults and rules (QoS 0, 1 or 2).
-//   - source.go: the source — the paho clients, onMessage, evidence and
-//     stamps, probe publishing, the hand-over of a leaving group member.
+//   - source.go: the source — run, onMessage, evidence and stamps, the
+//     hand-over of a leaving group member.
+//   - conn.go: the source's connection — paho's options, (re)subscribing
+//     on every connection, joining a shared group's watermark, the
+//     connection's notifications (refused, lost, reconnecting).
+//   - probe.go: the watermark probes — their rate (full while a scanner
+//     asks, idle otherwise), sending them, and the barriers their return
+//     gives the pipeline.
 //   - broker.go: what the broker says of itself in $SYS: its version
 //     (vetting its order), its drops, its uptime.
 //   - pipeline.go: the pipeline's intake (in-flight bound, enqueue) and the

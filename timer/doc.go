@@ -14,6 +14,7 @@
 //     watermark, and the carrying of moved timers while a doubling drains.
 //   - nats.go: the consumer of the work-queue stream of resets, which
 //     acknowledges a message once its resets are stored.
+//   - requests.go: resets as core NATS requests, answered once stored.
 //   - http.go: PUT/GET/DELETE /v1/timers/{queue}/{id}, POST /v1/timers/{queue}.
 //   - config.go, metrics.go: the timers section and sigwatch_timers_*.
 package timer

@@ -85,7 +85,14 @@ const consumers = 4
 
 // storeBatches stores the messages of in, batched, until ctx is done.
 func (s *Service) storeBatches(ctx context.Context, in <-chan jetstream.Msg) {
-	batch := make([]jetstream.Msg, 0, s.opts.Fetch)
+	batches(ctx, in, s.opts.Fetch, s.storeMsgs)
+}
+
+// batches hands what arrives on in to handle, up to max at a time, until
+// ctx is done: a batch starts with the first item to arrive, takes what
+// else is already there, and waits flushEvery for more.
+func batches[T any](ctx context.Context, in <-chan T, max int, handle func(context.Context, []T)) {
+	batch := make([]T, 0, max)
 	for {
 		select {
 		case <-ctx.Done():
@@ -93,10 +100,9 @@ func (s *Service) storeBatches(ctx context.Context, in <-chan jetstream.Msg) {
 		case m := <-in:
 			batch = append(batch[:0], m)
 		}
-		// Take what else is already there, and wait a little for more.
 		deadline := time.NewTimer(flushEvery)
 	fill:
-		for len(batch) < s.opts.Fetch {
+		for len(batch) < max {
 			select {
 			case m := <-in:
 				batch = append(batch, m)
@@ -105,7 +111,7 @@ func (s *Service) storeBatches(ctx context.Context, in <-chan jetstream.Msg) {
 			}
 		}
 		deadline.Stop()
-		s.storeMsgs(ctx, batch)
+		handle(ctx, batch)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/shard"
@@ -33,34 +32,9 @@ func (s *Service) serveRequests(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for range consumers {
-		wg.Go(func() { s.answerBatches(ctx, in) })
+		wg.Go(func() { batches(ctx, in, s.opts.Fetch, s.answer) })
 	}
 	return s.pub.ServeTimerResets(ctx, in)
-}
-
-// answerBatches stores the requests of in, batched, until ctx is done.
-func (s *Service) answerBatches(ctx context.Context, in <-chan dispatch.Request) {
-	batch := make([]dispatch.Request, 0, s.opts.Fetch)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case r := <-in:
-			batch = append(batch[:0], r)
-		}
-		deadline := time.NewTimer(flushEvery)
-	fill:
-		for len(batch) < s.opts.Fetch {
-			select {
-			case r := <-in:
-				batch = append(batch, r)
-			case <-deadline.C:
-				break fill
-			}
-		}
-		deadline.Stop()
-		s.answer(ctx, batch)
-	}
 }
 
 // answer stores the resets of reqs as one batch and answers each request.
