@@ -134,19 +134,30 @@ if redis.call('GET', KEYS[2]) ~= ARGV[1] then
 end
 local n = tonumber(ARGV[2])
 local removed, moved, revived = 0, 0, {}
-for i = 3, 2 + 2*n, 2 do
-  local cur = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if KEYS[4] then redis.call('HDEL', KEYS[4], ARGV[i]) end
-  if cur then
-    if tonumber(cur) == tonumber(ARGV[i+1]) then
-      redis.call('ZREM', KEYS[1], ARGV[i])
-      if KEYS[3] then redis.call('HDEL', KEYS[3], ARGV[i]) end
-      removed = removed + 1
-    else
-      revived[#revived+1] = ARGV[i]
-      revived[#revived+1] = cur
+-- In chunks, so that unpack stays within Lua's stack whatever the batch.
+for c = 0, n - 1, 500 do
+  local ids, want = {}, {}
+  for j = c, math.min(n, c + 500) - 1 do
+    ids[#ids+1] = ARGV[3 + 2*j]
+    want[#want+1] = ARGV[4 + 2*j]
+  end
+  local cur = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+  local gone = {}
+  for k = 1, #ids do
+    if cur[k] then
+      if tonumber(cur[k]) == tonumber(want[k]) then
+        gone[#gone+1] = ids[k]
+      else
+        revived[#revived+1] = ids[k]
+        revived[#revived+1] = cur[k]
+      end
     end
   end
+  if #gone > 0 then
+    removed = removed + redis.call('ZREM', KEYS[1], unpack(gone))
+    if KEYS[3] then redis.call('HDEL', KEYS[3], unpack(gone)) end
+  end
+  if KEYS[4] then redis.call('HDEL', KEYS[4], unpack(ids)) end
 end
 for i = 3 + 2*n, #ARGV, 3 do
   local cur = redis.call('ZSCORE', KEYS[1], ARGV[i])
