@@ -266,6 +266,9 @@ type runner struct {
 	ceiling float64
 	// burstCPU is who was busy while the scanner fired the burst.
 	burstCPU cpuShares
+	// r3, while set, is the NATS cluster the burst's sides publish to, in
+	// place of the run's single server (see withR3).
+	r3 *natsR3
 }
 
 // progress prints timestamped lines while the run goes on.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,13 @@ func (r *runner) newCPUMeter(ctx context.Context, extra map[string]int) *cpuMete
 	}
 	if pid := findProcess(filepath.Join(r.e.mosq.Dir, "mosquitto.conf")); pid > 0 {
 		m.pids["mosquitto"] = pid
+	}
+	if r.r3 != nil {
+		// The single server idles meanwhile; the cluster's nodes work.
+		delete(m.pids, "nats-server")
+		for j, pid := range r.r3.pids {
+			m.pids[fmt.Sprintf("nats-server %d", j+1)] = pid
+		}
 	}
 	for k, v := range extra {
 		m.pids[k] = v
@@ -82,7 +90,15 @@ func (m *cpuMeter) since(a cpuSample) cpuShares {
 
 func (s cpuShares) String() string {
 	var parts []string
-	for _, name := range []string{"sigwatch", "loadgen", "redis", "mosquitto", "nats-server", "postgres"} {
+	names := []string{"sigwatch", "loadgen", "redis", "mosquitto", "nats-server", "postgres"}
+	var more []string // such as the nodes of a NATS cluster
+	for name := range s {
+		if !slices.Contains(names, name) {
+			more = append(more, name)
+		}
+	}
+	slices.Sort(more)
+	for _, name := range append(names, more...) {
 		if v, ok := s[name]; ok {
 			label := name
 			if name == "sigwatch" {

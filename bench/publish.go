@@ -13,13 +13,19 @@ import (
 // slowly), instead of failing the scenario: back-pressure, as sigwatch's own
 // publisher has.
 func publishAsync(ctx context.Context, js jetstream.JetStream, m *nats.Msg, opts ...jetstream.PublishOpt) error {
+	_, err := publishAsyncFuture(ctx, js, m, opts...)
+	return err
+}
+
+// publishAsyncFuture is publishAsync that returns the publish's future.
+func publishAsyncFuture(ctx context.Context, js jetstream.JetStream, m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
 	for {
-		_, err := js.PublishMsgAsync(m, opts...)
+		f, err := js.PublishMsgAsync(m, opts...)
 		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-			return err
+			return f, err
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"sync"
 	"time"
 
@@ -58,7 +59,7 @@ func (r *runner) startScanner(ctx context.Context, standIn bool) (*scanRig, erro
 		return nil, err
 	}
 	thr := shard.NewThresholds(store, threshold, nil)
-	pub, err := dispatch.New(ctx, r.e.nc, dispatch.Options{})
+	pub, err := dispatch.New(ctx, r.natsConn(), dispatch.Options{Replicas: r.replicas()})
 	if err != nil {
 		return nil, err
 	}
@@ -201,6 +202,10 @@ func (w *lostWatcher) close() {
 // until the returned function is called, which adds the profile and its
 // top costs to the results.
 func (r *runner) cpuProfile(name, what string) (stop func()) {
+	// A scenario measured more than once is profiled the first time.
+	if slices.ContainsFunc(r.res.Profiles, func(p CPUProfile) bool { return p.Name == name }) {
+		return func() {}
+	}
 	if err := os.MkdirAll(r.profDir, 0o755); err != nil {
 		r.p.Printf("profile", "no CPU profile: %v", err)
 		return func() {}

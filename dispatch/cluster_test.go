@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sigwatch/sigwatch/internal/servers"
 	"github.com/sigwatch/sigwatch/internal/testenv"
@@ -43,8 +44,8 @@ func lostBatch(p *Publisher, from string, n int) []Message {
 // TestFencedBatchOnReplicatedStream publishes a shard's batch under its owner's fence into a
 // stream of three replicas. A replicated stream checks one expected-last-subject-sequence at a
 // time per subject and refuses the others in flight with "wrong last sequence" (10164) rather
-// than wait: that is not a fence, and the sole owner of the shard must have its whole batch
-// stored, not be told it was fenced out.
+// than wait: the batch goes out as one atomic batch, its fence checked once, and the sole owner
+// of the shard has its whole batch stored, not told it was fenced out.
 func TestFencedBatchOnReplicatedStream(t *testing.T) {
 	c := testenv.NATSCluster(t)
 	p := dialCluster(t, c.URLs(), 5*time.Second)
@@ -72,6 +73,9 @@ func TestFencedBatchOnReplicatedStream(t *testing.T) {
 	}
 	if got := storedIDs(t, c, p.Subjects().AllLost()); len(got) != n {
 		t.Errorf("stream holds %d lost events, want %d", len(got), n)
+	}
+	if got := testutil.ToFloat64(p.atomicBatches); got != 1 || testutil.ToFloat64(p.atomicFallbacks) != 0 {
+		t.Errorf("atomic batches %v, fallbacks %v: want the batch stored as one atomic batch", got, testutil.ToFloat64(p.atomicFallbacks))
 	}
 
 	// A real fence still refuses the earlier owner.

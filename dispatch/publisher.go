@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Publisher publishes sigwatch's messages. It is safe for concurrent use.
@@ -20,6 +21,13 @@ type Publisher struct {
 	opts     Options
 	subjects Subjects
 	owned    bool // the connection is the publisher's, from Dial
+
+	// atomic says the stream takes atomic batches (see atomic.go).
+	atomic          bool
+	atomicRoom      chan struct{} // bounds the atomic batches in flight
+	batchIDs        *batchIDs
+	atomicBatches   prometheus.Counter
+	atomicFallbacks prometheus.Counter
 }
 
 // New returns a publisher on nc. In JetStream mode it creates the stream if
@@ -30,7 +38,18 @@ func New(ctx context.Context, nc *nats.Conn, opts Options) (*Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: metrics: %w", err)
 	}
-	p := &Publisher{nc: nc, opts: opts, subjects: Subjects{Prefix: opts.Prefix, types: types}}
+	p := &Publisher{nc: nc, opts: opts, subjects: Subjects{Prefix: opts.Prefix, types: types},
+		atomicBatches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sigwatch", Subsystem: "dispatch",
+			Name: "atomic_batches_total", Help: "Fenced batches of events the stream stored as one atomic batch."}),
+		atomicFallbacks: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sigwatch", Subsystem: "dispatch",
+			Name: "atomic_fallbacks_total", Help: "Fenced batches of events the stream did not take as an atomic batch (an event stored before, too many batches in flight, no answer), sent again message by message."})}
+	if opts.Registerer != nil {
+		for _, c := range []prometheus.Collector{p.atomicBatches, p.atomicFallbacks} {
+			if err := opts.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("dispatch: metrics: %w", err)
+			}
+		}
+	}
 	switch opts.Mode {
 	case Core:
 		return p, nil
@@ -51,6 +70,7 @@ func New(ctx context.Context, nc *nats.Conn, opts Options) (*Publisher, error) {
 	if err := p.ensureStream(ctx); err != nil {
 		return nil, err
 	}
+	p.atomicRoom, p.batchIDs = make(chan struct{}, maxAtomicInflight), newBatchIDs()
 	return p, nil
 }
 
@@ -77,11 +97,16 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 		MaxAge:      p.opts.MaxAge,
 		MaxBytes:    limit(p.opts.MaxBytes),
 		MaxMsgs:     limit(p.opts.MaxMsgs),
+		// A shard's events go out in atomic batches where the server
+		// has them (2.12+); an older one ignores the setting.
+		AllowAtomicPublish: true,
 	}
 	s, err := p.js.Stream(ctx, p.opts.Stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		_, err = p.js.CreateStream(ctx, want)
+		var created jetstream.Stream
+		created, err = p.js.CreateStream(ctx, want)
 		if err == nil {
+			p.atomic = takesAtomic(created.CachedInfo().Config)
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -111,14 +136,20 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 			p.opts.Stream, cfg.Storage, storage)
 	}
 	if cfg.MaxAge == want.MaxAge && cfg.Duplicates == want.Duplicates && cfg.MaxBytes == want.MaxBytes &&
-		cfg.MaxMsgs == want.MaxMsgs && cfg.Replicas == want.Replicas && slices.Equal(cfg.Subjects, subjects) {
+		cfg.MaxMsgs == want.MaxMsgs && cfg.Replicas == want.Replicas && slices.Equal(cfg.Subjects, subjects) && cfg.AllowAtomicPublish {
+		p.atomic = takesAtomic(cfg)
 		return nil
 	}
 	next := cfg
 	next.Subjects = subjects
 	next.MaxAge, next.Duplicates, next.MaxBytes, next.MaxMsgs, next.Replicas =
 		want.MaxAge, want.Duplicates, want.MaxBytes, want.MaxMsgs, want.Replicas
-	if _, err := p.js.UpdateStream(ctx, next); err != nil {
+	next.AllowAtomicPublish = true
+	updated, err := p.js.UpdateStream(ctx, next)
+	if err == nil {
+		p.atomic = takesAtomic(updated.CachedInfo().Config)
+	}
+	if err != nil {
 		return fmt.Errorf("dispatch: stream %s: apply max_age %v, duplicates %v, max_bytes %d, max_msgs %d, replicas %d (it has %v, %v, %d, %d, %d): %w",
 			p.opts.Stream, want.MaxAge, want.Duplicates, want.MaxBytes, want.MaxMsgs, want.Replicas,
 			cfg.MaxAge, cfg.Duplicates, cfg.MaxBytes, cfg.MaxMsgs, cfg.Replicas, err)
@@ -128,6 +159,16 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 			"max_age", want.MaxAge, "duplicates", want.Duplicates, "max_bytes", want.MaxBytes, "max_msgs", want.MaxMsgs, "replicas", want.Replicas)
 	}
 	return nil
+}
+
+// takesAtomic reports whether fenced events go out in atomic batches into a
+// stream of configuration cfg: where the server allows them, and the
+// stream is replicated. A single-server stream checks the fences of a
+// batch's messages one after another at full speed, while an atomic batch
+// costs it a staging store; a replicated one checks one fence of a subject
+// at a time and refuses the rest (see atomic.go).
+func takesAtomic(cfg jetstream.StreamConfig) bool {
+	return cfg.AllowAtomicPublish && cfg.Replicas > 1
 }
 
 // Mode returns the delivery mode.
@@ -166,11 +207,10 @@ func (p *Publisher) publish(ctx context.Context, fence Fence, msgs []Message) (e
 	if len(msgs) == 0 {
 		return errs
 	}
-	// Both modes wait for the server: core NATS for a flush (which needs a
-	// deadline), JetStream for the acknowledgements.
-	ctx, cancel := context.WithTimeout(ctx, p.opts.AckWait)
-	defer cancel()
 	if p.opts.Mode == Core {
+		// Core NATS waits for a flush, which needs a deadline.
+		ctx, cancel := context.WithTimeout(ctx, p.opts.AckWait)
+		defer cancel()
 		var err error
 		for _, m := range msgs {
 			nm := nats.NewMsg(m.Subject)
@@ -190,6 +230,18 @@ func (p *Publisher) publish(ctx context.Context, fence Fence, msgs []Message) (e
 		}
 		return errs
 	}
+	if p.atomic && fence.Subject != "" {
+		return p.publishAtomic(ctx, fence, msgs)
+	}
+	return p.publishEach(ctx, fence, msgs)
+}
+
+// publishEach publishes msgs one message each, asynchronously, under fence
+// (if any), and waits for their acknowledgements.
+func (p *Publisher) publishEach(ctx context.Context, fence Fence, msgs []Message) (errs []error) {
+	errs = make([]error, len(msgs))
+	ctx, cancel := context.WithTimeout(ctx, p.opts.AckWait)
+	defer cancel()
 	all := make([]int, len(msgs))
 	for i := range all {
 		all[i] = i
