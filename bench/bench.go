@@ -67,6 +67,9 @@ type profile struct {
 	// length of each write-path measurement.
 	WriteDevices int
 	WriteFor     time.Duration
+	// MemoryDevices are the fleet sizes of the memory scenario; the durable
+	// registry is measured at the first.
+	MemoryDevices []int
 	// LagDevices are the fleet sizes of the fire-lag scenario; LagWindow is
 	// the time over which the expiring devices fall due, LagFires how many
 	// fall due in it.
@@ -107,7 +110,7 @@ var profiles = map[string]profile{
 	"quick": {
 		Name:          "quick",
 		IngestDevices: 20_000, IngestRounds: 2, RampStart: 10_000, RampFactor: 1.4, Step: 1500 * time.Millisecond, Bisect: 2, DrainIdle: 5 * time.Second,
-		WriteDevices: 100_000, WriteFor: 3 * time.Second,
+		WriteDevices: 100_000, WriteFor: 3 * time.Second, MemoryDevices: []int{100_000},
 		LagDevices: []int{100_000}, LagWindow: 8 * time.Second, LagFires: 8_000,
 		Burst:       100_000,
 		PeerDevices: 50_000, PeerFor: 3 * time.Second, TimerCounts: []int{100_000},
@@ -119,8 +122,8 @@ var profiles = map[string]profile{
 	"full": {
 		Name:          "full",
 		IngestDevices: 100_000, IngestRounds: 2, RampStart: 10_000, RampFactor: 1.3, Step: 3 * time.Second, Bisect: 3, DrainIdle: 35 * time.Second,
-		WriteDevices: 1_000_000, WriteFor: 8 * time.Second,
-		LagDevices: []int{100_000, 1_000_000}, LagWindow: 20 * time.Second, LagFires: 20_000,
+		WriteDevices: 1_000_000, WriteFor: 8 * time.Second, MemoryDevices: []int{1_000_000, 10_000_000},
+		LagDevices: []int{100_000, 1_000_000, 10_000_000}, LagWindow: 20 * time.Second, LagFires: 20_000,
 		Burst:       100_000,
 		PeerDevices: 100_000, PeerFor: 8 * time.Second, TimerCounts: []int{100_000, 1_000_000},
 		DoublingDevices: 1_000_000, DoublingThreshold: time.Minute, DoublingPhase: 8 * time.Second,

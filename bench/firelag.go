@@ -68,6 +68,14 @@ func (r *runner) fireLag(ctx context.Context) error {
 		sc.Figures = append(sc.Figures, f,
 			newFigure(fmt.Sprintf("fire lag p50, %s devices", size), "ms", sw.P50, "naive poller", nv.P50),
 			newFigure(fmt.Sprintf("fire lag max, %s devices", size), "ms", sw.Max, "naive poller", nv.Max))
+		if swResets > 0 && nvResets > 0 {
+			// Redis's share of a core over the window, per reset written.
+			perReset := func(st lagStats, resets int) float64 { return st.CPU["redis"] / 100 / float64(resets) * 1e6 }
+			fr := newFigure(fmt.Sprintf("Redis CPU per reset, %s devices", size), "µs", perReset(sw, swResets),
+				"naive poller", perReset(nv, nvResets))
+			fr.Detail = "Redis's CPU while the devices fell due, divided by the resets written meanwhile (the scanner's and the poller's own work included)"
+			sc.Figures = append(sc.Figures, fr)
+		}
 		ff := newFigure(fmt.Sprintf("fire lag p99 vs a naive poller at %v, %s devices", naiveFastPoll, size), "ms", sw.P99,
 			fmt.Sprintf("naive poller at %v", naiveFastPoll), fast.P99, ratioAtMost(0.5))
 		ff.Detail = fmt.Sprintf("the same naive design polling every %v; naive %s, %s", naiveFastPoll, fast, fast.CPU)
