@@ -109,11 +109,12 @@ const (
 // DefaultQoS is the subscription's QoS when Options.QoS is nil.
 const DefaultQoS byte = 1
 
-// DefaultProbeInterval is the default watermark probe period. A deadline
-// fires only once the watermark has passed it, so the probe period is most
-// of the scanner's fire lag; a probe costs one MQTT message and one Redis
-// script per ingest member, however many devices and shards there are.
-const DefaultProbeInterval = 10 * time.Millisecond
+// DefaultProbeInterval is the default watermark probe period while a
+// scanner has something due. A deadline fires only once the watermark has
+// passed it, so the probe period is most of the scanner's fire lag; a probe
+// costs one MQTT message and one Redis script per ingest member, however
+// many devices and shards there are, and only while deadlines fall due.
+const DefaultProbeInterval = 2 * time.Millisecond
 
 // DefaultIdleProbeInterval is the default probe period while no scanner has
 // anything due that waits for the watermark: a quiet installation then

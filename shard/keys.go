@@ -109,6 +109,10 @@ func (k Keys) Watermark() string { return k.meta("watermark") }
 // Store.WantWatermark).
 func (k Keys) WatermarkWants() string { return k.prefix + ":wm:want" }
 
+// WatermarkMoves is the pub/sub channel on which every rise of the
+// watermark is announced, with its new value (see Store.WatermarkMoves).
+func (k Keys) WatermarkMoves() string { return k.prefix + ":wm:moved" }
+
 // Outages lists the gaps in the watermark, "start:end" in unix ms.
 func (k Keys) Outages() string { return k.meta("outages") }
 

@@ -97,6 +97,15 @@ func (s *Store) WatermarkWants(ctx context.Context, subscribed, wanted func()) {
 	s.subscribe(ctx, s.k.WatermarkWants(), subscribed, func(string) { wanted() })
 }
 
+// WatermarkMoves calls moved each time the watermark rises, until ctx is
+// done, and subscribed (if not nil) each time the subscription stands: a
+// scanner waiting for a later watermark reads it at once instead of a poll
+// later. Rises announced while it was down are lost; the waiting scanner
+// still polls. Neither callback may block.
+func (s *Store) WatermarkMoves(ctx context.Context, subscribed, moved func()) {
+	s.subscribe(ctx, s.k.WatermarkMoves(), subscribed, func(string) { moved() })
+}
+
 // wakeShard is the shard index of a wake key.
 func wakeShard(key string) (int, bool) {
 	j := strings.LastIndex(key, "{")

@@ -84,7 +84,7 @@ end
 //
 // KEYS[1]: watermark key; KEYS[2]: outage list
 // ARGV[1]: new watermark, unix ms; ARGV[2]: outage threshold, ms;
-// ARGV[3]: outages cap
+// ARGV[3]: outages cap; ARGV[4]: the channel a rise is announced on
 // Returns: the watermark after the call.
 var watermarkScript = newScript(recordOutage + `
 local cur = redis.call('GET', KEYS[1])
@@ -94,6 +94,7 @@ if cur and new - tonumber(cur) > tonumber(ARGV[2]) then
   record(KEYS[2], cur, ARGV[1], 0, tonumber(ARGV[3]), '0')
 end
 redis.call('SET', KEYS[1], ARGV[1])
+redis.call('PUBLISH', ARGV[4], ARGV[1])
 return ARGV[1]`)
 
 // AdvanceWatermark moves the ingest watermark forward to ms. A jump larger
@@ -101,7 +102,7 @@ return ARGV[1]`)
 // ingest members use AdvanceMember, which also drops them by age.
 func (s *Store) AdvanceWatermark(ctx context.Context, ms int64, gap time.Duration) (int64, error) {
 	v, err := watermarkScript.exec(ctx, s.c, []string{s.k.Watermark(), s.k.Outages()},
-		[]string{strconv.FormatInt(ms, 10), strconv.FormatInt(gap.Milliseconds(), 10), strconv.Itoa(OutagesCap)}).AsInt64()
+		[]string{strconv.FormatInt(ms, 10), strconv.FormatInt(gap.Milliseconds(), 10), strconv.Itoa(OutagesCap), s.k.WatermarkMoves()}).AsInt64()
 	if err != nil {
 		return 0, fmt.Errorf("shard: advance watermark: %w", err)
 	}
@@ -208,7 +209,7 @@ func (m Member) field() string { return m.Group + "|" + m.ID }
 // ARGV[5]: outage threshold, ms; ARGV[6]: outages kept for, ms (0: until
 // the cap); ARGV[7]: outages cap; ARGV[8]: the end of the outage the
 // member asks for, unix ms (0: none); ARGV[9]: when its reconnect grace
-// began (0: none)
+// began (0: none); ARGV[10]: the channel a rise is announced on
 // Returns: {the global watermark after the call (false if none), outages
 // the cap dropped}.
 var memberScript = newScript(recordOutage + `
@@ -251,6 +252,7 @@ if cur and best - tonumber(cur) > tonumber(ARGV[5]) then
   dropped = dropped + record(KEYS[3], cur, new, keep, cap, '0')
 end
 redis.call('SET', KEYS[2], new)
+redis.call('PUBLISH', ARGV[10], new)
 return {new, dropped}`)
 
 // Outages says what AdvanceMember records as an outage and how long it
@@ -280,7 +282,7 @@ func (s *Store) AdvanceMember(ctx context.Context, m Member, ms int64, now time.
 		[]string{m.field(), strconv.FormatInt(ms, 10), strconv.FormatInt(now.UnixMilli(), 10),
 			strconv.FormatInt(timeout.Milliseconds(), 10), strconv.FormatInt(o.Gap.Milliseconds(), 10),
 			strconv.FormatInt(o.Keep.Milliseconds(), 10), strconv.Itoa(OutagesCap),
-			strconv.FormatInt(o.Through, 10), strconv.FormatInt(o.GraceFrom, 10)}).Tuple(2)
+			strconv.FormatInt(o.Through, 10), strconv.FormatInt(o.GraceFrom, 10), s.k.WatermarkMoves()}).Tuple(2)
 	if err != nil {
 		return 0, 0, fmt.Errorf("shard: advance watermark of %s: %w", m.ID, err)
 	}

@@ -1,6 +1,7 @@
 package shard_test
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -175,4 +176,53 @@ func TestMemberBreakOutage(t *testing.T) {
 	if got, want := outages()[1:], []shard.Outage{{Start: 7_000, End: 9_000}, {Start: 6_000, End: 6_500}}; !slices.Equal(got, want) {
 		t.Fatalf("outages recorded out of order: %v, want %v", got, want)
 	}
+}
+
+// TestWatermarkRisesAreAnnounced proves that every rise of the watermark,
+// by either script that moves it, is announced to WatermarkMoves
+// subscribers, and a call that does not move it announces nothing: a
+// scanner held back by the watermark reads it as soon as it rose.
+func TestWatermarkRisesAreAnnounced(t *testing.T) {
+	ctx, s := newStore(t)
+	subscribed := make(chan struct{}, 1)
+	moved := make(chan struct{}, 16)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go s.WatermarkMoves(sctx, func() { subscribed <- struct{}{} }, func() { moved <- struct{}{} })
+	select {
+	case <-subscribed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("not subscribed after 5s")
+	}
+	expect := func(what string, want bool) {
+		t.Helper()
+		select {
+		case <-moved:
+			if !want {
+				t.Fatalf("%s: announced, want nothing", what)
+			}
+		case <-time.After(300 * time.Millisecond):
+			if want {
+				t.Fatalf("%s: not announced within 300ms", what)
+			}
+		}
+	}
+	base := time.Now().UnixMilli()
+	if _, err := s.AdvanceWatermark(ctx, base, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	expect("first watermark", true)
+	if _, err := s.AdvanceWatermark(ctx, base, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	expect("the same watermark again", false)
+	m := shard.Member{ID: "a"}
+	if _, _, err := s.AdvanceMember(ctx, m, base+10, time.UnixMilli(base+10), 0, shard.Outages{Gap: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	expect("a member's rise", true)
+	if _, _, err := s.AdvanceMember(ctx, m, base+5, time.UnixMilli(base+10), 0, shard.Outages{Gap: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	expect("a member behind the watermark", false)
 }

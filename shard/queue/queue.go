@@ -136,8 +136,9 @@ type Options struct {
 const DefaultPoll = 10 * time.Second
 
 // watermarkEvery is how often the engine reads the ingest watermark while a
-// loop waits for it (at most half a poll): one small round trip per period
-// for the whole replica, however many shards it owns. watermarkAge is how
+// loop waits for it (at most half a poll), besides at once when a rise is
+// announced: one small round trip per period for the whole replica, however
+// many shards it owns. watermarkAge is how
 // old a read may be when a step takes it: an older watermark only holds
 // firing back, and a loop with something due by the clock waits for the
 // refresher, which reads every watermarkEvery, so a sleeping shard that
@@ -276,16 +277,22 @@ func (e *Engine) Run(ctx context.Context) error {
 		defer close(refreshed)
 		e.wm.run(loopCtx)
 	}()
-	// Wake notices end the sleep of idle loops; they too outlive ctx.
-	subscribed := make(chan struct{})
+	// Wake notices end the sleep of idle loops, and announced rises of
+	// the watermark the wait of loops held back by it; they too outlive ctx.
+	subscribed, moves := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(subscribed)
 		e.store.Wakes(loopCtx, e.opts.Family, e.wakeAll, e.wakeShard)
+	}()
+	go func() {
+		defer close(moves)
+		e.wm.store.WatermarkMoves(loopCtx, e.wm.notify, e.wm.notify)
 	}()
 	defer func() {
 		cancelLoops()
 		<-refreshed
 		<-subscribed
+		<-moves
 	}()
 
 	rebalance := time.NewTicker(e.opts.Rebalance)

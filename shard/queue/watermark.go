@@ -14,15 +14,18 @@ import (
 // the engine's shards, and sleeping ones not at all). A loop whose head is
 // due by the clock but not by the watermark waits for a later one instead
 // (wait): while any does, the refresher (run, owned by Engine.Run) reads
-// the watermark every watermarkEvery and wakes the waiting loops as soon as
-// it moved, rather than a poll later. An older watermark is never unsafe:
-// it only holds firing back (invariant 6).
+// the watermark as soon as a rise is announced (shard.Store.WatermarkMoves,
+// see notify), and every watermarkEvery in case an announcement was lost,
+// and wakes the waiting loops as soon as it moved, rather than a poll
+// later. An older watermark is never unsafe: it only holds firing back
+// (invariant 6).
 type watermark struct {
 	store   *shard.Store
 	maxAge  time.Duration
 	refresh time.Duration
 	hold    time.Duration // the longest wait for a later watermark (bound)
 	kick    chan struct{} // wakes an idle refresher
+	moved   chan struct{} // a rise was announced: read now
 
 	mu        sync.Mutex
 	read      time.Time // when wm was read; real time, for freshness only
@@ -41,7 +44,7 @@ type watermark struct {
 // every refresh.
 func newWatermark(store *shard.Store, maxAge, refresh, hold time.Duration) *watermark {
 	return &watermark{store: store, maxAge: maxAge, refresh: refresh, hold: hold, kick: make(chan struct{}, 1),
-		outN: -1, changed: make(chan struct{})}
+		moved: make(chan struct{}, 1), outN: -1, changed: make(chan struct{})}
 }
 
 // bound is how long a loop waits on wait's channel before it looks again
@@ -76,6 +79,15 @@ func (w *watermark) wait(wm int64) <-chan struct{} {
 		return closed
 	}
 	return w.changed
+}
+
+// notify says a rise of the watermark was announced: a waiting refresher
+// reads it at once. It does not block.
+func (w *watermark) notify() {
+	select {
+	case w.moved <- struct{}{}:
+	default:
+	}
 }
 
 // wanted reports whether a loop waits for a later watermark.
@@ -149,6 +161,7 @@ func (w *watermark) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-w.moved:
 		}
 	}
 }
