@@ -120,7 +120,7 @@ func (*fire) Revived(context.Context, shard.Entry, shard.Entry) error { return n
 // watermarkEvery is how often a replica advances the timers' watermark
 // while one of its loops waits for it, watermarkIdle how often otherwise.
 const (
-	watermarkEvery = 10 * time.Millisecond
+	watermarkEvery = 2 * time.Millisecond
 	watermarkIdle  = 500 * time.Millisecond
 )
 
