@@ -145,7 +145,7 @@ func (r *runner) burstSigwatch(ctx context.Context, n int) (time.Duration, []byt
 	if err := preload(ctx, store, ids, func(int) int64 { return far }); err != nil {
 		return 0, nil, err
 	}
-	if err := preloadRegistry(ctx, store, ids, ""); err != nil {
+	if err := preloadFleet(ctx, store, ids); err != nil {
 		return 0, nil, err
 	}
 	g, err := r.startScanRig(ctx)

@@ -151,7 +151,7 @@ func (r *runner) lagRun(ctx context.Context, w *lostWatcher, n int, rate float64
 		if err := preload(ctx, store, ids, func(int) int64 { return far }); err != nil {
 			return lagStats{}, 0, err
 		}
-		if err := preloadRegistry(ctx, store, ids, ""); err != nil {
+		if err := preloadFleet(ctx, store, ids); err != nil {
 			return lagStats{}, 0, err
 		}
 		g, err := r.startScanRig(ctx)

@@ -29,7 +29,8 @@ const threshold = 30 * time.Second
 
 // scanRig is sigwatch's expiry side running in this process: the topology
 // watcher, a scanner owning every shard on a Redis client of its own (as
-// `sigwatch run` gives the scanner role), and a stand-in for ingest's
+// `sigwatch run` gives the scanner role) checking the generation on every
+// claim as in production, and a stand-in for ingest's
 // watermark, which it advances every ingest.DefaultProbeInterval as
 // ingest's probe would while ingest is consuming (the resets of these
 // scenarios are written straight to Redis, not through a broker).
@@ -73,8 +74,22 @@ func (r *runner) startScanner(ctx context.Context, standIn bool) (*scanRig, erro
 		rc.Close()
 		return nil, err
 	}
+	// The generation, as `sigwatch run` establishes it for a new
+	// installation: every claim checks it.
+	gen := fmt.Sprintf("bench-%d", time.Now().UnixNano())
+	if gen, err = store.CreateGeneration(ctx, gen, time.Now().UnixMilli()); err != nil {
+		rc.Close()
+		return nil, err
+	}
+	if err := store.Vet(ctx, shards, gen); err != nil {
+		rc.Close()
+		return nil, err
+	}
+	store.SetGeneration(gen)
+	scanStore := shard.NewStore(rc, shard.NewKeys("sw"))
+	scanStore.ShareGeneration(store)
 	sc, err := scanner.New(scanner.Options{Replica: fmt.Sprintf("bench-%d", time.Now().UnixNano()), Thresholds: thr},
-		shard.NewStore(rc, shard.NewKeys("sw")), topo, pub, prometheus.NewRegistry(), nil)
+		scanStore, topo, pub, prometheus.NewRegistry(), nil)
 	if err != nil {
 		rc.Close()
 		return nil, err
