@@ -104,6 +104,8 @@ type profile struct {
 	// alternating order; IdleWindow how long each is measured.
 	IdleRounds int
 	IdleWindow time.Duration
+	// CheckpointDevices is the fleet of the checkpoint scenario.
+	CheckpointDevices int
 }
 
 var profiles = map[string]profile{
@@ -118,6 +120,7 @@ var profiles = map[string]profile{
 		OverloadDevices: 20_000, OverloadEvery: 2 * time.Second, OverloadBefore: 5 * time.Second, OverloadSurge: 10 * time.Second,
 		OverloadAfter: 15 * time.Second, OverloadVictims: 3_000,
 		IdleRounds: 2, IdleWindow: 5 * time.Second,
+		CheckpointDevices: 100_000,
 	},
 	"full": {
 		Name:          "full",
@@ -130,11 +133,12 @@ var profiles = map[string]profile{
 		OverloadDevices: 20_000, OverloadEvery: 2 * time.Second, OverloadBefore: 10 * time.Second, OverloadSurge: 10 * time.Second,
 		OverloadAfter: 30 * time.Second, OverloadVictims: 5_000,
 		IdleRounds: 3, IdleWindow: 10 * time.Second,
+		CheckpointDevices: 10_000_000,
 	},
 }
 
 // scenarioNames lists the scenarios in the order they run.
-var scenarioNames = []string{"write", "memory", "firelag", "burst", "peers", "ingest", "overload", "doubling", "timers", "idle"}
+var scenarioNames = []string{"write", "memory", "firelag", "burst", "peers", "ingest", "overload", "doubling", "timers", "idle", "checkpoint"}
 
 // Run runs the benchmark and writes its results into opts.OutDir.
 func Run(ctx context.Context, opts Options) error {
@@ -204,6 +208,7 @@ func Run(ctx context.Context, opts Options) error {
 		{"doubling", r.doubling},
 		{"timers", r.timers},
 		{"idle", r.idle},
+		{"checkpoint", r.checkpoint},
 	}
 	var errs []error
 	for _, s := range steps {

@@ -35,7 +35,7 @@ func run() int {
 	)
 	flag.StringVar(&opts.Profile, "profile", "quick", "quick (make bench, under 5 minutes on 2 cores) or full")
 	flag.StringVar(&opts.OutDir, "out", ".", "directory for RESULTS.md, results.json and profiles/")
-	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (write, memory, firelag, burst, peers, ingest, overload, doubling, timers, idle); "+
+	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (write, memory, firelag, burst, peers, ingest, overload, doubling, timers, idle, checkpoint); "+
 		"a partial run writes results.json only")
 	flag.BoolVar(&opts.Merge, "merge", false, "with -only: replace those scenarios in results-<profile>.json and render RESULTS.md again")
 	flag.BoolVar(&opts.KeepDir, "keep", false, "keep the servers' working directory (logs, data) after the run")
