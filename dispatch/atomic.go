@@ -40,8 +40,9 @@ const (
 	maxAtomicInflight = 32
 )
 
-// batchIDs names atomic batches: a prefix unique to the process and a
-// counter, well under the server's 64 characters.
+// batchIDs names atomic and fast batches: a prefix unique to the process
+// and a counter, well under the server's 64 characters, and without a dot
+// (a fast batch's id is a token of its reply subjects).
 type batchIDs struct {
 	prefix string
 	n      atomic.Uint64
@@ -52,7 +53,7 @@ func newBatchIDs() *batchIDs {
 }
 
 func (b *batchIDs) next() string {
-	return b.prefix + "." + strconv.FormatUint(b.n.Add(1), 36)
+	return b.prefix + "-" + strconv.FormatUint(b.n.Add(1), 36)
 }
 
 // batchAck is the stream's answer to a batch's commit.

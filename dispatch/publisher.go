@@ -28,6 +28,12 @@ type Publisher struct {
 	batchIDs        *batchIDs
 	atomicBatches   prometheus.Counter
 	atomicFallbacks prometheus.Counter
+
+	// fast says the stream takes fast batches (see fast.go).
+	fast          bool
+	fastIn        *fastInbox
+	fastBatches   prometheus.Counter
+	fastFallbacks prometheus.Counter
 }
 
 // New returns a publisher on nc. In JetStream mode it creates the stream if
@@ -42,9 +48,13 @@ func New(ctx context.Context, nc *nats.Conn, opts Options) (*Publisher, error) {
 		atomicBatches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sigwatch", Subsystem: "dispatch",
 			Name: "atomic_batches_total", Help: "Fenced batches of events the stream stored as one atomic batch."}),
 		atomicFallbacks: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sigwatch", Subsystem: "dispatch",
-			Name: "atomic_fallbacks_total", Help: "Fenced batches of events the stream did not take as an atomic batch (an event stored before, too many batches in flight, no answer), sent again message by message."})}
+			Name: "atomic_fallbacks_total", Help: "Fenced batches of events the stream did not take as an atomic batch (an event stored before, too many batches in flight, no answer), sent again message by message."}),
+		fastBatches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sigwatch", Subsystem: "dispatch",
+			Name: "fast_batches_total", Help: "Fenced batches of events the stream stored whole as one fast batch."}),
+		fastFallbacks: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sigwatch", Subsystem: "dispatch",
+			Name: "fast_fallbacks_total", Help: "Fenced fast batches the stream stored only in part or not at all (a fence, no answer); the rest was sent again message by message."})}
 	if opts.Registerer != nil {
-		for _, c := range []prometheus.Collector{p.atomicBatches, p.atomicFallbacks} {
+		for _, c := range []prometheus.Collector{p.atomicBatches, p.atomicFallbacks, p.fastBatches, p.fastFallbacks} {
 			if err := opts.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("dispatch: metrics: %w", err)
 			}
@@ -71,6 +81,11 @@ func New(ctx context.Context, nc *nats.Conn, opts Options) (*Publisher, error) {
 		return nil, err
 	}
 	p.atomicRoom, p.batchIDs = make(chan struct{}, maxAtomicInflight), newBatchIDs()
+	if p.fast {
+		if p.fastIn, err = newFastInbox(nc); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
@@ -97,16 +112,17 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 		MaxAge:      p.opts.MaxAge,
 		MaxBytes:    limit(p.opts.MaxBytes),
 		MaxMsgs:     limit(p.opts.MaxMsgs),
-		// A shard's events go out in atomic batches where the server
-		// has them (2.12+); an older one ignores the setting.
+		// A shard's events go out in atomic or fast batches where the
+		// server has them (2.12+, 2.14+); an older one ignores these.
 		AllowAtomicPublish: true,
+		AllowBatchPublish:  true,
 	}
 	s, err := p.js.Stream(ctx, p.opts.Stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		var created jetstream.Stream
 		created, err = p.js.CreateStream(ctx, want)
 		if err == nil {
-			p.atomic = takesAtomic(created.CachedInfo().Config)
+			p.atomic, p.fast = takesAtomic(created.CachedInfo().Config), takesFast(created.CachedInfo().Config)
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -136,18 +152,19 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 			p.opts.Stream, cfg.Storage, storage)
 	}
 	if cfg.MaxAge == want.MaxAge && cfg.Duplicates == want.Duplicates && cfg.MaxBytes == want.MaxBytes &&
-		cfg.MaxMsgs == want.MaxMsgs && cfg.Replicas == want.Replicas && slices.Equal(cfg.Subjects, subjects) && cfg.AllowAtomicPublish {
-		p.atomic = takesAtomic(cfg)
+		cfg.MaxMsgs == want.MaxMsgs && cfg.Replicas == want.Replicas && slices.Equal(cfg.Subjects, subjects) &&
+		cfg.AllowAtomicPublish && cfg.AllowBatchPublish {
+		p.atomic, p.fast = takesAtomic(cfg), takesFast(cfg)
 		return nil
 	}
 	next := cfg
 	next.Subjects = subjects
 	next.MaxAge, next.Duplicates, next.MaxBytes, next.MaxMsgs, next.Replicas =
 		want.MaxAge, want.Duplicates, want.MaxBytes, want.MaxMsgs, want.Replicas
-	next.AllowAtomicPublish = true
+	next.AllowAtomicPublish, next.AllowBatchPublish = true, true
 	updated, err := p.js.UpdateStream(ctx, next)
 	if err == nil {
-		p.atomic = takesAtomic(updated.CachedInfo().Config)
+		p.atomic, p.fast = takesAtomic(updated.CachedInfo().Config), takesFast(updated.CachedInfo().Config)
 	}
 	if err != nil {
 		return fmt.Errorf("dispatch: stream %s: apply max_age %v, duplicates %v, max_bytes %d, max_msgs %d, replicas %d (it has %v, %v, %d, %d, %d): %w",
@@ -171,6 +188,13 @@ func takesAtomic(cfg jetstream.StreamConfig) bool {
 	return cfg.AllowAtomicPublish && cfg.Replicas > 1
 }
 
+// takesFast reports whether fenced events go out in fast batches into a
+// stream of configuration cfg: where the server allows them, and the
+// stream has one server (a replicated one takes atomic batches).
+func takesFast(cfg jetstream.StreamConfig) bool {
+	return cfg.AllowBatchPublish && cfg.Replicas <= 1
+}
+
 // Mode returns the delivery mode.
 func (p *Publisher) Mode() Mode { return p.opts.Mode }
 
@@ -179,8 +203,12 @@ func (p *Publisher) Subjects() Subjects { return p.subjects }
 
 // Close drains the connection of a publisher from Dial (publishes in flight
 // are flushed) and closes it, waiting up to a second. It leaves a
-// connection given to New open.
+// connection given to New open, with nothing of the publisher's
+// subscribed.
 func (p *Publisher) Close() {
+	if p.fastIn != nil {
+		_ = p.fastIn.sub.Unsubscribe()
+	}
 	if !p.owned {
 		return
 	}
@@ -230,8 +258,11 @@ func (p *Publisher) publish(ctx context.Context, fence Fence, msgs []Message) (e
 		}
 		return errs
 	}
-	if p.atomic && fence.Subject != "" {
+	switch {
+	case p.atomic && fence.Subject != "":
 		return p.publishAtomic(ctx, fence, msgs)
+	case p.fast && fence.Subject != "":
+		return p.publishFast(ctx, fence, msgs)
 	}
 	return p.publishEach(ctx, fence, msgs)
 }
