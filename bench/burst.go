@@ -337,11 +337,30 @@ func (r *runner) rawDone(ctx context.Context, stream jetstream.Stream, n int, st
 	return elapsed, nil
 }
 
-// burstRawFast is burstRaw in the fast batches of nats-server 2.14+: one
-// batch per atomicBatch messages, each message with its Nats-Msg-Id and the
-// fence, a gap ends the batch, and the server acknowledges every flow
-// messages instead of each one. Up to fastInflight batches are in flight.
+// burstRawFast is burstRaw in the fast batches of nats-server 2.14+, each
+// message with its Nats-Msg-Id and the fence.
 func (r *runner) burstRawFast(ctx context.Context, stream jetstream.Stream, n int, body []byte, subject, fenceSeq string) (time.Duration, error) {
+	start := time.Now()
+	err := publishFast(ctx, r.natsConn(), n, func(j int) *nats.Msg {
+		m := nats.NewMsg(subject)
+		m.Data = body
+		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s@%d", deviceID(j), start.UnixMilli()))
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, fenceSeq)
+		m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, "benchraw.fence.deadlines.0")
+		return m
+	})
+	if err != nil {
+		return 0, err
+	}
+	return r.rawDone(ctx, stream, n, start, rawFast)
+}
+
+// publishFast publishes msg(0..n-1) in the fast batches of nats-server
+// 2.14+ into a stream that allows them: one batch per atomicBatch
+// messages, a gap ends the batch, the server acknowledges every flow
+// messages instead of each one, and up to fastInflight batches are in
+// flight. It returns once every batch's commit is acknowledged.
+func publishFast(ctx context.Context, nc *nats.Conn, n int, msg func(j int) *nats.Msg) error {
 	const flow, fastInflight = 100, 8
 	prefix := nats.NewInbox()
 	type reply struct {
@@ -352,7 +371,7 @@ func (r *runner) burstRawFast(ctx context.Context, stream jetstream.Stream, n in
 		} `json:"error"`
 	}
 	done := make(chan reply, n/atomicBatch+1)
-	sub, err := r.natsConn().Subscribe(prefix+".>", func(m *nats.Msg) {
+	sub, err := nc.Subscribe(prefix+".>", func(m *nats.Msg) {
 		var rp reply
 		if json.Unmarshal(m.Data, &rp) != nil {
 			rp.Type = "err"
@@ -363,10 +382,9 @@ func (r *runner) burstRawFast(ctx context.Context, stream jetstream.Stream, n in
 		}
 	})
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer sub.Unsubscribe()
-	start := time.Now()
 	batches, ended := 0, 0
 	wait := func() error {
 		select {
@@ -388,7 +406,7 @@ func (r *runner) burstRawFast(ctx context.Context, stream jetstream.Stream, n in
 			batches++
 			if batches-ended > fastInflight {
 				if err := wait(); err != nil {
-					return 0, err
+					return err
 				}
 			}
 		}
@@ -399,20 +417,16 @@ func (r *runner) burstRawFast(ctx context.Context, stream jetstream.Stream, n in
 		case seq == 1:
 			op = 0 // start
 		}
-		m := nats.NewMsg(subject)
-		m.Data = body
+		m := msg(j)
 		m.Reply = fmt.Sprintf("%s.b%d.%d.fail.%d.%d.$FI", prefix, j/atomicBatch, flow, seq, op)
-		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s@%d", deviceID(j), start.UnixMilli()))
-		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, fenceSeq)
-		m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, "benchraw.fence.deadlines.0")
-		if err := r.natsConn().PublishMsg(m); err != nil {
-			return 0, err
+		if err := nc.PublishMsg(m); err != nil {
+			return err
 		}
 	}
 	for ended < batches {
 		if err := wait(); err != nil {
-			return 0, err
+			return err
 		}
 	}
-	return r.rawDone(ctx, stream, n, start, rawFast)
+	return nil
 }

@@ -48,15 +48,23 @@ func (r *runner) timers(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("sigwatch, %d timers: %w", n, err)
 		}
-		f := newFigure(fmt.Sprintf("timer resets/s, %s timers", size), "/s", sw.resets, "NATS-native timer", nat.resets, ratioAtLeast(3))
+		// The NATS-native timer with its best publishing: asynchronous
+		// publishes, or fast batches where they are faster.
+		best, how := nat.resets, "asynchronous publishes"
+		if nat.fastResets > best {
+			best, how = nat.fastResets, "fast batches"
+		}
+		f := newFigure(fmt.Sprintf("timer resets/s, %s timers", size), "/s", sw.resets, "NATS-native timer", best, ratioAtLeast(3))
 		f.Detail = fmt.Sprintf("sigwatch: resets published over NATS (`sigwatch.timers.set.<queue>`), %d per message, "+
-			"stored in Redis and then acknowledged, counted as stored; backlog left %d messages; %s. NATS-native: one "+
-			"acknowledged publish per reset, %d in flight; %s", timersBatch, sw.backlog, sw.cpu, natsInFlight, nat.cpu)
+			"stored in Redis and then acknowledged, counted as stored; backlog left %d messages; %s. NATS-native, its best "+
+			"publishing (%s): one acknowledged publish per reset, %d in flight, %.0f/s (%s); fast batches of %d "+
+			"(nats-server 2.14+, one acknowledgement per 100 and one per batch), %.0f/s",
+			timersBatch, sw.backlog, sw.cpu, how, natsInFlight, nat.resets, nat.cpu, atomicBatch, nat.fastResets)
 		single := newFigure(fmt.Sprintf("timer resets/s, one reset per NATS message (diagnostic), %s timers", size), "/s",
-			sw.single, "NATS-native timer", nat.resets)
+			sw.single, "NATS-native timer", best)
 		single.Detail = "the same path with a message per reset: its ceiling is the JetStream publish rate the NATS-native timer has, plus sigwatch's store"
 		req := newFigure(fmt.Sprintf("timer resets/s, one reset per request answered once stored, %s timers", size), "/s",
-			sw.requested, "NATS-native timer", nat.resets, ratioAtLeast(1))
+			sw.requested, "NATS-native timer", best, ratioAtLeast(1))
 		req.Detail = fmt.Sprintf("sigwatch: one core NATS request per reset on `sigwatch.timers.reset.<queue>`, answered once "+
 			"the reset is stored in Redis, %d requests in flight (as many as the NATS-native timer's publishes); %s",
 			natsInFlight, sw.requestCPU)
@@ -105,6 +113,7 @@ const natsInFlight = 4096
 // timerRun is what one system measured.
 type timerRun struct {
 	resets, single float64 // resets/s
+	fastResets     float64 // resets/s in fast batches (the NATS-native timer)
 	requested      float64 // resets/s, one per request answered once stored
 	requestCPU     cpuShares
 	bytes          float64 // per timer
@@ -129,7 +138,7 @@ func (r *runner) natsTimers(ctx context.Context, n int) (timerRun, error) {
 	_ = js.DeleteStream(ctx, name)
 	rss0 := rssOf(r.e.nats.pid())
 	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"nt.>"}, Storage: jetstream.MemoryStorage,
-		MaxMsgsPerSubject: 1, AllowMsgTTL: true, SubjectDeleteMarkerTTL: time.Second})
+		MaxMsgsPerSubject: 1, AllowMsgTTL: true, SubjectDeleteMarkerTTL: time.Second, AllowBatchPublish: true})
 	if err != nil {
 		return out, err
 	}
@@ -164,7 +173,8 @@ func (r *runner) natsTimers(ctx context.Context, n int) (timerRun, error) {
 	}
 	out.streamBytes = float64(info.State.Bytes) / float64(n)
 	out.bytes = float64(rssOf(r.e.nats.pid())-rss0) / float64(n)
-	// Resets: the same timers again, round-robin, best of two.
+	// Resets: the same timers again, round-robin, best of two; and the
+	// same in fast batches, its best publishing where it helps.
 	cpu := r.newCPUMeter(ctx, nil)
 	c0 := cpu.sample()
 	for range 2 {
@@ -175,6 +185,16 @@ func (r *runner) natsTimers(ctx context.Context, n int) (timerRun, error) {
 		out.resets = max(out.resets, rate)
 	}
 	out.cpu = cpu.since(c0)
+	for range 2 {
+		start := time.Now()
+		err := publishFast(ctx, r.e.nc, n, func(j int) *nats.Msg {
+			return &nats.Msg{Subject: subj(j), Header: nats.Header{"Nats-TTL": []string{"600s"}}, Data: []byte("1")}
+		})
+		if err != nil {
+			return out, fmt.Errorf("fast batch resets: %w", err)
+		}
+		out.fastResets = max(out.fastResets, float64(n)/time.Since(start).Seconds())
+	}
 	r.p.Printf("timers", "NATS-native: %.0f resets/s, %.0f B per timer (stream %.0f B)", out.resets, out.bytes, out.streamBytes)
 
 	// Lateness: the fires are the markers.
