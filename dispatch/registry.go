@@ -279,18 +279,23 @@ func isConflict(err error) bool {
 // one per record. A device written during the walk may be seen with either value, or not at all if
 // it is new.
 func (r *Registry) Each(ctx context.Context, fn func(DeviceRecord) error) error {
-	s, err := r.js.Stream(ctx, r.stream)
+	// Setting up a last-per-subject consumer over a large bucket takes the
+	// server seconds (about five at 10M records): longer than a JetStream
+	// request's default timeout, and than the wait for a next record.
+	setup, cancel := context.WithTimeout(ctx, walkSetup)
+	defer cancel()
+	s, err := r.js.Stream(setup, r.stream)
 	if err != nil {
 		return fmt.Errorf("dispatch: registry walk: %w", err)
 	}
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+	cons, err := s.OrderedConsumer(setup, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{"$KV." + r.bucket + ".d.>"},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
 		return fmt.Errorf("dispatch: registry walk: %w", err)
 	}
-	info, err := cons.Info(ctx)
+	info, err := cons.Info(setup)
 	if err != nil {
 		return fmt.Errorf("dispatch: registry walk: %w", err)
 	}
@@ -302,9 +307,15 @@ func (r *Registry) Each(ctx context.Context, fn func(DeviceRecord) error) error 
 		return fmt.Errorf("dispatch: registry walk: %w", err)
 	}
 	defer it.Stop()
+	first := true
 	for {
-		// A server that stops delivering fails the walk instead of hanging it.
-		wait, cancel := context.WithTimeout(ctx, r.idle)
+		// A server that stops delivering fails the walk instead of hanging
+		// it; the first record may come only once the setup is done.
+		idle := r.idle
+		if first {
+			idle, first = max(idle, walkSetup), false
+		}
+		wait, cancel := context.WithTimeout(ctx, idle)
 		m, err := it.Next(jetstream.NextContext(wait))
 		cancel()
 		if err != nil {
@@ -330,6 +341,9 @@ func (r *Registry) Each(ctx context.Context, fn func(DeviceRecord) error) error 
 		}
 	}
 }
+
+// walkSetup bounds the setting up of a registry walk.
+const walkSetup = 2 * time.Minute
 
 // Meta reads the installation record (ok=false when none).
 func (r *Registry) Meta(ctx context.Context) (m RegistryMeta, ok bool, err error) {
