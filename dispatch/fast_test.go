@@ -144,3 +144,72 @@ func TestFastBatchStoredInPart(t *testing.T) {
 		t.Errorf("stream holds %d events, want %d", len(ids), room-1)
 	}
 }
+
+// TestFenceTakenOverMidBatch proves the batch paths when another owner
+// fences the shard while a large batch is on its way, on a single server
+// (fast batch) and on three replicas (atomic batches): whatever the split,
+// every event reported published is stored exactly once, every other one
+// is reported fenced out, and nothing of the earlier owner is stored after
+// the new fence.
+func TestFenceTakenOverMidBatch(t *testing.T) {
+	t.Run("single", func(t *testing.T) {
+		env := testenv.New(t, testenv.Options{NATS: true})
+		nc := env.Conn(t)
+		p, err := New(context.Background(), nc, Options{AckWait: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fenceMidBatch(t, p, func() (map[string]int, error) { return readIDs(js, p.Subjects().AllLost()) })
+	})
+	t.Run("replicated", func(t *testing.T) {
+		c := testenv.NATSCluster(t)
+		p := dialCluster(t, c.URLs(), 5*time.Second)
+		fenceMidBatch(t, p, func() (map[string]int, error) { return storedIDs(t, c, p.Subjects().AllLost()), nil })
+	})
+}
+
+func fenceMidBatch(t *testing.T, p *Publisher, stored func() (map[string]int, error)) {
+	t.Helper()
+	ctx := context.Background()
+	a, err := p.Fence(ctx, "deadlines", 7, "a", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20_000
+	msgs := fastBatch(p, "a", 0, n)
+	done := make(chan []error, 1)
+	go func() { done <- p.PublishFenced(ctx, a, msgs) }()
+	time.Sleep(20 * time.Millisecond)
+	if _, err := p.Fence(ctx, "deadlines", 7, "b", 2); err != nil {
+		t.Fatal(err)
+	}
+	errs := <-done
+	ids, err := stored()
+	if err != nil {
+		t.Fatal(err)
+	}
+	published, fenced := 0, 0
+	for j, err := range errs {
+		id := msgs[j].ID
+		switch {
+		case err == nil:
+			published++
+			if ids[id] != 1 {
+				t.Fatalf("event %s reported published, stored %d times", id, ids[id])
+			}
+		case errors.Is(err, ErrFenced):
+			fenced++
+			if ids[id] != 0 {
+				t.Fatalf("event %s reported fenced out, but stored", id)
+			}
+		default:
+			t.Fatalf("event %s: %v; want published or fenced out", id, err)
+		}
+	}
+	t.Logf("of %d events, %d published before the new fence, %d fenced out", n, published, fenced)
+}
