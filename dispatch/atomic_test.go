@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -38,13 +37,6 @@ func TestFencedEventsGoOutInAtomicBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch := func(from string, lo, hi int) []Message {
-		var msgs []Message
-		for j := lo; j < hi; j++ {
-			msgs = append(msgs, Message{Subject: p.Subjects().Lost("meter"), ID: fmt.Sprintf("%s-%04d@1", from, j), Body: []byte(`{}`)})
-		}
-		return msgs
-	}
 	publish := func(f Fence, msgs []Message) (failed int, fenced int) {
 		for _, err := range p.PublishFenced(ctx, f, msgs) {
 			switch {
@@ -70,7 +62,7 @@ func TestFencedEventsGoOutInAtomicBatches(t *testing.T) {
 	}
 
 	// 2,500 events: three atomic batches, nothing sent one by one.
-	if failed, fenced := publish(a, batch("x", 0, 2500)); failed+fenced != 0 {
+	if failed, fenced := publish(a, fastBatch(p, "x", 0, 2500)); failed+fenced != 0 {
 		t.Fatalf("sole owner: %d failed, %d fenced", failed, fenced)
 	}
 	if got := testutil.ToFloat64(p.atomicBatches); got != 3 {
@@ -81,7 +73,7 @@ func TestFencedEventsGoOutInAtomicBatches(t *testing.T) {
 	}
 
 	// A batch overlapping what is stored: 100 old events, 200 new.
-	if failed, fenced := publish(a, batch("x", 2400, 2700)); failed+fenced != 0 {
+	if failed, fenced := publish(a, fastBatch(p, "x", 2400, 2700)); failed+fenced != 0 {
 		t.Fatalf("overlapping batch: %d failed, %d fenced", failed, fenced)
 	}
 	if got := testutil.ToFloat64(p.atomicFallbacks); got != 1 {
@@ -101,7 +93,7 @@ func TestFencedEventsGoOutInAtomicBatches(t *testing.T) {
 	if _, err := p.Fence(ctx, "deadlines", 2, "b", 2); err != nil {
 		t.Fatal(err)
 	}
-	if failed, fenced := publish(a, batch("stale", 0, 1500)); fenced != 1500 || failed != 0 {
+	if failed, fenced := publish(a, fastBatch(p, "stale", 0, 1500)); fenced != 1500 || failed != 0 {
 		t.Errorf("earlier owner after b fenced: %d fenced, %d failed; want all 1500 fenced", fenced, failed)
 	}
 	for id := range stored() {
