@@ -72,12 +72,13 @@ func TestIdleShardsWakeForEarlierWork(t *testing.T) {
 					return a.Device == dev && a.State == alarm.Repeat
 				})
 				late("an alarm repeat due 100ms after its raise", rep.At.Sub(time.UnixMilli(raised.Body.At).Add(100*time.Millisecond)))
-				// The fire-lag target is 50ms at p99 (measured in bench/): the
-				// median must meet it, and none may be far off it on a busy
-				// test machine. A missed wake would wait out the hour.
+				// A missed wake would wait out the hour. The fire-lag target
+				// (50ms at p99) is measured in bench/, on a quiet machine; here,
+				// beside the rest of the suite under -race, the bound only has
+				// to tell a wake from a poll.
 				slices.Sort(lates)
-				if lates[1] > 50*time.Millisecond || lates[2] > 250*time.Millisecond {
-					t.Errorf("%s: lateness %v: want a median within 50ms and none above 250ms", round, lates)
+				if lates[1] > 250*time.Millisecond || lates[2] > time.Second {
+					t.Errorf("%s: lateness %v: want a median within 250ms and none above 1s", round, lates)
 				}
 			}
 			check("idle")

@@ -39,7 +39,8 @@ type natsNode struct {
 	id, dir, bin string // id is the server name
 	port         int    // client port
 	httpPort     int    // monitoring port
-	clusterPort  int    // route port
+	clusterPort  int    // route port; 0 for a server alone
+	mqttPort     int    // MQTT listener port; 0 for none
 	routes       string // the other nodes' route URLs
 }
 
@@ -122,7 +123,12 @@ func (n *natsNode) start() error {
 	args := []string{
 		"-name", n.id, "-store", filepath.Join(n.dir, "jetstream"),
 		"-port", strconv.Itoa(n.port), "-http", strconv.Itoa(n.httpPort),
-		"-cluster", strconv.Itoa(n.clusterPort), "-routes", n.routes,
+	}
+	if n.clusterPort != 0 {
+		args = append(args, "-cluster", strconv.Itoa(n.clusterPort), "-routes", n.routes)
+	}
+	if n.mqttPort != 0 {
+		args = append(args, "-mqtt", strconv.Itoa(n.mqttPort))
 	}
 	p, err := startProcess(n.bin, args, n.dir, n.logPath())
 	if err != nil {

@@ -1,7 +1,7 @@
-// Command natsd runs one node of a nats-server cluster with JetStream, on 127.0.0.1, as its own
-// process: StartNATSCluster (internal/servers) builds it once and starts one per node, so that a
-// test can kill a node with SIGKILL as a crash would. It is test infrastructure, not part of
-// sigwatch.
+// Command natsd runs a nats-server with JetStream on 127.0.0.1 as its own process, one node of
+// a cluster or a server alone (with an MQTT listener if asked): StartNATSCluster and
+// StartNATSProcess (internal/servers) build it once and start it, so that a test can kill it with
+// SIGKILL as a crash would. It is test infrastructure, not part of sigwatch.
 //
 // It logs to stderr and shuts down cleanly on SIGTERM or SIGINT.
 package main
@@ -21,14 +21,15 @@ func main() {
 		name        = flag.String("name", "", "server name, unique in the cluster (JetStream needs one)")
 		port        = flag.Int("port", 0, "client port")
 		httpPort    = flag.Int("http", 0, "monitoring port (varz, healthz, jsz, connz)")
-		clusterPort = flag.Int("cluster", 0, "cluster (route) port")
+		clusterPort = flag.Int("cluster", 0, "cluster (route) port; 0 runs the server alone")
+		mqttPort    = flag.Int("mqtt", 0, "MQTT listener port; 0 runs none")
 		clusterName = flag.String("cluster-name", "sigwatch", "cluster name")
 		routes      = flag.String("routes", "", "comma-separated nats-route://host:port of the other nodes")
 		store       = flag.String("store", "", "JetStream store directory")
 	)
 	flag.Parse()
-	if *name == "" || *store == "" || *port == 0 || *httpPort == 0 || *clusterPort == 0 {
-		fmt.Fprintln(os.Stderr, "natsd: -name, -store, -port, -http and -cluster are required")
+	if *name == "" || *store == "" || *port == 0 || *httpPort == 0 {
+		fmt.Fprintln(os.Stderr, "natsd: -name, -store, -port and -http are required")
 		os.Exit(2)
 	}
 	o := &server.Options{
@@ -40,11 +41,17 @@ func main() {
 		JetStream:  true,
 		StoreDir:   *store,
 		NoSigs:     true,
-		Routes:     server.RoutesFromStr(*routes),
 	}
-	o.Cluster.Name = *clusterName
-	o.Cluster.Host = "127.0.0.1"
-	o.Cluster.Port = *clusterPort
+	if *clusterPort != 0 {
+		o.Routes = server.RoutesFromStr(*routes)
+		o.Cluster.Name = *clusterName
+		o.Cluster.Host = "127.0.0.1"
+		o.Cluster.Port = *clusterPort
+	}
+	if *mqttPort != 0 {
+		o.MQTT.Host = "127.0.0.1"
+		o.MQTT.Port = *mqttPort
+	}
 	s, err := server.NewServer(o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "natsd:", err)
