@@ -54,7 +54,6 @@ type profile struct {
 	// RampFactor shape the paced ramp; Step is how long each rate is held;
 	// Bisect is how many refinement steps follow the first failed rate.
 	IngestDevices int
-	IngestRounds  int
 	RampStart     float64
 	RampFactor    float64
 	Step          time.Duration
@@ -100,9 +99,7 @@ type profile struct {
 	OverloadSurge   time.Duration
 	OverloadAfter   time.Duration
 	OverloadVictims int
-	// IdleRounds is how many times each side of the idle scenario runs, in
-	// alternating order; IdleWindow how long each is measured.
-	IdleRounds int
+	// IdleWindow is how long each round of the idle scenario is measured.
 	IdleWindow time.Duration
 	// CheckpointDevices is the fleet of the checkpoint scenario.
 	CheckpointDevices int
@@ -111,7 +108,7 @@ type profile struct {
 var profiles = map[string]profile{
 	"quick": {
 		Name:          "quick",
-		IngestDevices: 20_000, IngestRounds: 2, RampStart: 10_000, RampFactor: 1.4, Step: 1500 * time.Millisecond, Bisect: 2, DrainIdle: 5 * time.Second,
+		IngestDevices: 20_000, RampStart: 10_000, RampFactor: 1.4, Step: 1500 * time.Millisecond, Bisect: 2, DrainIdle: 5 * time.Second,
 		WriteDevices: 100_000, WriteFor: 3 * time.Second, MemoryDevices: []int{100_000},
 		LagDevices: []int{100_000}, LagWindow: 8 * time.Second, LagFires: 8_000,
 		Burst:       100_000,
@@ -119,12 +116,12 @@ var profiles = map[string]profile{
 		DoublingDevices: 100_000, DoublingThreshold: 10 * time.Second, DoublingPhase: 3 * time.Second,
 		OverloadDevices: 20_000, OverloadEvery: 2 * time.Second, OverloadBefore: 5 * time.Second, OverloadSurge: 10 * time.Second,
 		OverloadAfter: 15 * time.Second, OverloadVictims: 3_000,
-		IdleRounds: 2, IdleWindow: 5 * time.Second,
+		IdleWindow:        5 * time.Second,
 		CheckpointDevices: 100_000,
 	},
 	"full": {
 		Name:          "full",
-		IngestDevices: 100_000, IngestRounds: 2, RampStart: 10_000, RampFactor: 1.3, Step: 3 * time.Second, Bisect: 3, DrainIdle: 35 * time.Second,
+		IngestDevices: 100_000, RampStart: 10_000, RampFactor: 1.3, Step: 3 * time.Second, Bisect: 3, DrainIdle: 35 * time.Second,
 		WriteDevices: 1_000_000, WriteFor: 8 * time.Second, MemoryDevices: []int{1_000_000, 10_000_000},
 		LagDevices: []int{100_000, 1_000_000, 10_000_000}, LagWindow: 20 * time.Second, LagFires: 20_000,
 		Burst:       100_000,
@@ -132,7 +129,7 @@ var profiles = map[string]profile{
 		DoublingDevices: 1_000_000, DoublingThreshold: time.Minute, DoublingPhase: 8 * time.Second,
 		OverloadDevices: 20_000, OverloadEvery: 2 * time.Second, OverloadBefore: 10 * time.Second, OverloadSurge: 10 * time.Second,
 		OverloadAfter: 30 * time.Second, OverloadVictims: 5_000,
-		IdleRounds: 3, IdleWindow: 10 * time.Second,
+		IdleWindow:        10 * time.Second,
 		CheckpointDevices: 10_000_000,
 	},
 }

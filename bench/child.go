@@ -2,13 +2,17 @@ package bench
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -58,6 +62,12 @@ type child struct {
 	out   *bufio.Scanner
 	log   string
 	first string // the first line it printed (its ready line)
+
+	// ask's state: one goroutine reads the answers, one command at a time.
+	askMu   sync.Mutex
+	askOnce sync.Once
+	answers chan string
+	seq     int
 }
 
 // startChild starts the bench binary again as role with cfg, and waits for
@@ -146,7 +156,8 @@ type natsInfo struct {
 }
 
 // natsChild runs an embedded nats-server with JetStream and the MQTT
-// listener until standard input closes.
+// listener until standard input closes. It answers one command, "heap
+// <tag>", with "heap <tag> <bytes>": the live heap after a forced GC.
 func natsChild() error {
 	var cfg struct{ Dir string }
 	if err := json.Unmarshal([]byte(os.Getenv(childConfigEnv)), &cfg); err != nil {
@@ -159,8 +170,77 @@ func natsChild() error {
 	defer n.Shutdown()
 	b, _ := json.Marshal(natsInfo{URL: n.URL, MQTTURL: n.MQTTURL, Version: server.VERSION})
 	fmt.Println(string(b))
-	io.Copy(io.Discard, os.Stdin)
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		f := strings.Fields(in.Text())
+		if len(f) != 2 || f[0] != "heap" {
+			fmt.Printf("error unknown command %q\n", in.Text())
+			continue
+		}
+		// The second collection frees what the first one's finalizers
+		// released; HeapAlloc is then the live heap.
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		fmt.Printf("heap %s %d\n", f[1], ms.HeapAlloc)
+	}
 	return nil
+}
+
+// heap asks the nats child for the live heap of its process, nats-server
+// and little else, after a forced GC, in bytes.
+func (c *child) heap(ctx context.Context) (int64, error) {
+	v, err := c.ask(ctx, "heap", time.Minute)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("bench: %s child answered heap with %q", c.role, v)
+	}
+	return n, nil
+}
+
+// ask sends command cmd to the child and returns its answer. The command
+// carries a tag the answer repeats, so that a late answer to a command
+// given up on is never taken for the next one's. ask reads the child's
+// output from then on: it is not for a child read with readLines.
+func (c *child) ask(ctx context.Context, cmd string, timeout time.Duration) (string, error) {
+	c.askMu.Lock()
+	defer c.askMu.Unlock()
+	c.askOnce.Do(func() {
+		c.answers = make(chan string, 16)
+		go func() {
+			c.readLines(func(line string) { c.answers <- line })
+			close(c.answers)
+		}()
+	})
+	c.seq++
+	tag := cmd + " " + strconv.Itoa(c.seq)
+	if err := c.send("%s", tag); err != nil {
+		return "", fmt.Errorf("bench: %s child: %s: %w", c.role, cmd, err)
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case line, ok := <-c.answers:
+			if !ok {
+				return "", fmt.Errorf("bench: %s child closed its output; end of %s:\n%s", c.role, c.log, servers.LogTail(c.log))
+			}
+			if v, ok := strings.CutPrefix(line, tag+" "); ok {
+				return v, nil
+			}
+			if strings.HasPrefix(line, "error ") {
+				return "", fmt.Errorf("bench: %s child: %s", c.role, line)
+			}
+		case <-t.C:
+			return "", fmt.Errorf("bench: %s child: no answer to %s after %s", c.role, cmd, timeout)
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
 }
 
 // readLines hands each line the child prints to f until the child closes

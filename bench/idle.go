@@ -33,7 +33,7 @@ const idlePoll = 20 * time.Millisecond
 // a process of its own, on a fresh installation (no device, no timer); the
 // baseline is the naive design, a process whose loop on each shard of each
 // family claims every 20 ms. Each side runs alone, in alternating order,
-// Rounds times; each figure is its lowest round, the spread is given.
+// rounds times; each figure is its lowest round, the spread is given.
 func (r *runner) idle(ctx context.Context) error {
 	sc := Scenario{ID: 10, Name: "idle", Title: "Idle installation: cost with nothing due",
 		Baselines: []string{fmt.Sprintf("naive poller: a process of its own whose loop on each shard of each of the %d "+
@@ -45,27 +45,17 @@ func (r *runner) idle(ctx context.Context) error {
 	}
 	for _, n := range idleShards {
 		var sw, nv []idleCost
-		for round := range r.prof.IdleRounds {
-			sides := []func() error{
-				func() error {
-					c, err := r.idleSigwatch(ctx, bin, n, round)
-					sw = append(sw, c)
-					return err
-				},
-				func() error {
-					c, err := r.idlePoller(ctx, n)
-					nv = append(nv, c)
-					return err
-				},
-			}
-			if round%2 == 1 {
-				slices.Reverse(sides)
-			}
-			for _, side := range sides {
-				if err := side(); err != nil {
-					return err
-				}
-			}
+		err := alternate(rounds, func(round int) error {
+			c, err := r.idleSigwatch(ctx, bin, n, round)
+			sw = append(sw, c)
+			return err
+		}, func(int) error {
+			c, err := r.idlePoller(ctx, n)
+			nv = append(nv, c)
+			return err
+		})
+		if err != nil {
+			return err
 		}
 		s, b := lowest(sw), lowest(nv)
 		r.p.Printf("idle", "%d shards: sigwatch %s; naive poller %s (lowest of each)", n, s, b)
@@ -77,7 +67,7 @@ func (r *runner) idle(ctx context.Context) error {
 			redisTarget, procTarget = []Target{valueAtMost(4)}, []Target{valueAtMost(4)}
 		}
 		f := newFigure(fmt.Sprintf("Redis commands/s, idle, %d shards", n), "/s", s.commands, "naive poller at 20 ms", b.commands)
-		f.Detail = fmt.Sprintf("lowest of %d rounds each; sigwatch %s, naive poller %s", r.prof.IdleRounds, spread(sw, idleCost.cmds), spread(nv, idleCost.cmds))
+		f.Detail = fmt.Sprintf("lowest of %d rounds each, the order alternated; sigwatch %s, naive poller %s", rounds, spread(sw, idleCost.cmds), spread(nv, idleCost.cmds))
 		sc.Figures = append(sc.Figures, f)
 		f = newFigure(fmt.Sprintf("Redis CPU, idle, %d shards", n), "% of a core", s.redis, "naive poller at 20 ms", b.redis, redisTarget...)
 		f.Detail = fmt.Sprintf("Redis's own used_cpu over the window; sigwatch %s, naive poller %s", spread(sw, idleCost.redisCPU), spread(nv, idleCost.redisCPU))

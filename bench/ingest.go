@@ -200,7 +200,7 @@ func (r *runner) ramp(ctx context.Context, what string, lg *loadgen, delivered f
 // the deadline is stored), against the raw broker pass-through (the same
 // publisher to a plain paho subscriber at the same QoS), on Mosquitto and on
 // the nats-server MQTT listener. Raw and sigwatch ramps alternate, for
-// IngestRounds rounds; each side keeps its best.
+// rounds rounds; each side keeps its best.
 func (r *runner) ingest(ctx context.Context) error {
 	sc := Scenario{ID: 1, Name: "ingest", Title: "Ingest end to end over MQTT QoS 1",
 		Baselines: []string{"raw broker pass-through: the same paced publisher (a child process, 4 MQTT connections, QoS 1, " +
@@ -212,16 +212,17 @@ func (r *runner) ingest(ctx context.Context) error {
 	}
 	for _, b := range brokers {
 		var raws, sws []rampResult
-		for round := range r.prof.IngestRounds {
+		err := alternate(rounds, func(int) error {
 			raw, err := r.ingestRaw(ctx, b.name, b.url)
-			if err != nil {
-				return err
-			}
+			raws = append(raws, raw)
+			return err
+		}, func(round int) error {
 			sw, err := r.ingestSigwatch(ctx, b.name, b.url, b.name == "Mosquitto" && round == 0)
-			if err != nil {
-				return err
-			}
-			raws, sws = append(raws, raw), append(sws, sw)
+			sws = append(sws, sw)
+			return err
+		})
+		if err != nil {
+			return err
 		}
 		raw, sw := bestRamp(raws), bestRamp(sws)
 		for _, x := range sws {
@@ -230,8 +231,8 @@ func (r *runner) ingest(ctx context.Context) error {
 			}
 		}
 		f := newFigure("ingest signals/s, QoS 1 via "+b.name, "/s", sw.Capacity, "raw pass-through", raw.Capacity, ratioAtLeast(0.8))
-		f.Detail = fmt.Sprintf("highest paced rate kept up with (best of %d ramps each); at it, sigwatch: %s; raw: %s",
-			len(sws), sw.Best.Shares, raw.Best.Shares)
+		f.Detail = fmt.Sprintf("highest paced rate kept up with, %s (sigwatch %s; raw %s); at it, sigwatch: %s; raw: %s",
+			bestOf(len(sws)), runs(capacities(sws), "/s"), runs(capacities(raws), "/s"), sw.Best.Shares, raw.Best.Shares)
 		sc.Figures = append(sc.Figures, f)
 		if rate, swCPU, rawCPU, ok := cpuAtCommonRate(sws, raws); ok {
 			cpu := newFigure("CPU per signal in the receiving process, "+b.name, "µs", swCPU, "paho subscriber", rawCPU)
@@ -295,6 +296,15 @@ func cpuAtCommonRate(a, b []rampResult) (rate, cpuA, cpuB float64, ok bool) {
 		}
 	}
 	return rate, cpuA, cpuB, ok
+}
+
+// capacities lists the rates the ramps kept up with.
+func capacities(rs []rampResult) []float64 {
+	out := make([]float64, len(rs))
+	for j, x := range rs {
+		out[j] = x.Capacity
+	}
+	return out
 }
 
 // ingestRaw ramps the raw pass-through on broker.

@@ -42,65 +42,6 @@ type overloadRun struct {
 	Shares    cpuShares
 }
 
-// overload is scenario 8: a fleet signalling over Mosquitto into ingest and
-// a scanner in this process (ingest's own watermark, probes through the
-// broker), at its nominal rate, then twice that for a while, then the
-// nominal rate again; some devices stay silent and fall due all along, and
-// their fire lag says how far behind the system is. The baseline is the
-// same run at the nominal rate throughout.
-func (r *runner) overload(ctx context.Context) error {
-	n := r.prof.OverloadDevices
-	rate := float64(n) / r.prof.OverloadEvery.Seconds()
-	sc := Scenario{ID: 8, Name: "overload", Title: "Transient 2× overload",
-		Baselines: []string{fmt.Sprintf("the same run at the nominal rate throughout (%s devices, one signal each per %s, "+
-			"%.0f signals/s over Mosquitto at QoS 1), in the same run on the same machine.", groupThousands(int64(n)),
-			r.prof.OverloadEvery, rate)}}
-	base, err := r.overloadSide(ctx, false)
-	if err != nil {
-		return fmt.Errorf("nominal load: %w", err)
-	}
-	over, err := r.overloadSide(ctx, true)
-	if err != nil {
-		return fmt.Errorf("2× surge: %w", err)
-	}
-	for k, ph := range overloadPhases {
-		f := newFigure("fire lag p99, deadlines "+ph+" the surge", "ms", over.Lag[k].P99, "nominal load only", base.Lag[k].P99)
-		f.Detail = fmt.Sprintf("surge run %s; nominal %s; offered %.0f/s, stored %.0f/s (nominal: %.0f/s, %.0f/s)",
-			over.Lag[k], base.Lag[k], over.Offered[k], over.Stored[k], base.Offered[k], base.Stored[k])
-		sc.Figures = append(sc.Figures, f,
-			newFigure("fire lag p50, deadlines "+ph+" the surge", "ms", over.Lag[k].P50, "nominal load only", base.Lag[k].P50))
-	}
-	drain := newFigure(fmt.Sprintf("time to drain after the surge (watermark age < %s for 1 s)", drainedAge), "s",
-		over.Drain.Seconds(), "", 0)
-	drain.Detail = fmt.Sprintf("largest watermark age %s (nominal run: %s); stored %.0f signals/s while draining against %.0f/s offered",
-		over.MaxAge.Round(time.Millisecond), base.MaxAge.Round(time.Millisecond), over.DrainRate, rate)
-	if over.Drain < 0 {
-		drain.Detail = "never drained while the load ran; " + drain.Detail
-	}
-	sc.Figures = append(sc.Figures, drain)
-	if over.DrainRate > 0 {
-		sc.Figures = append(sc.Figures, newFigure("ingest rate while draining", "/s", over.DrainRate, "offered (nominal)", rate))
-	}
-	sc.Notes = append(sc.Notes, fmt.Sprintf("%s devices publish round-robin over 4 MQTT connections (a child process) at "+
-		"%.0f signals/s; the surge run doubles that for %s after %s, then returns to it for %s. %d other devices never "+
-		"signal and fall due evenly over the three phases; the scanner fires up to ingest's watermark (its probes "+
-		"come back through the broker behind the backlog), so a device's fire lag is how far behind ingest was. "+
-		"Ingest, the scanner and the publisher of lost events run in this process, as `sigwatch run` runs every role.",
-		groupThousands(int64(n)), rate, r.prof.OverloadSurge, r.prof.OverloadBefore, r.prof.OverloadAfter, r.prof.OverloadVictims))
-	for _, s := range []struct {
-		name string
-		x    overloadRun
-	}{{"surge", over}, {"nominal", base}} {
-		if s.x.Lost > 0 || s.x.Early > 0 {
-			sc.Notes = append(sc.Notes, fmt.Sprintf("%s run: %d acked signals never stored, %d lost events before their deadline.",
-				s.name, s.x.Lost, s.x.Early))
-		}
-	}
-	sc.Notes = append(sc.Notes, "While the surge run's load ran: "+over.Shares.String()+".")
-	r.res.add(sc)
-	return nil
-}
-
 // overloadSide runs one side: with surge set, the rate doubles for
 // OverloadSurge.
 func (r *runner) overloadSide(ctx context.Context, surge bool) (overloadRun, error) {
@@ -149,6 +90,9 @@ func (r *runner) overloadSide(ctx context.Context, surge bool) (overloadRun, err
 	if err != nil {
 		return res, err
 	}
+	// After ingest stops (deferred below): nothing of this run's publisher
+	// stays subscribed on the shared connection into the next run.
+	defer pub.Close()
 	clientID := fmt.Sprintf("bench-overload-%d", start.UnixNano())
 	in, err := ingest.New(ingest.Options{Brokers: []string{r.e.mosq.URL}, ClientID: clientID,
 		Thresholds: shard.NewThresholds(store, threshold, nil)}, store, topo, pub, reg, log)

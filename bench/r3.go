@@ -71,7 +71,7 @@ func (r *runner) replicas() int {
 }
 
 // burstR3 is the burst's headline row on 3 replicas: sigwatch against raw
-// asynchronous publishing into a stream of 3 replicas, best of burstRounds
+// asynchronous publishing into a stream of 3 replicas, best of rounds
 // each, the order alternated.
 func (r *runner) burstR3(ctx context.Context, n int, body []byte) (*Figure, error) {
 	g, err := r.startR3()
@@ -81,7 +81,7 @@ func (r *runner) burstR3(ctx context.Context, n int, body []byte) (*Figure, erro
 	defer g.stop()
 	var sws, raws []cpuRun
 	err = r.withR3(g, func() error {
-		for round := range burstRounds {
+		for round := range rounds {
 			sw := func() error {
 				d, _, err := r.burstSigwatch(ctx, n)
 				sws = append(sws, cpuRun{d, r.burstCPU})
@@ -114,7 +114,7 @@ func (r *runner) burstR3(ctx context.Context, n int, body []byte) (*Figure, erro
 		float64(n)/sw.d.Seconds(), "raw JetStream publish, 3 replicas", float64(n)/raw.d.Seconds(), ratioAtLeast(0.8))
 	f.Detail = fmt.Sprintf("a 3-node NATS cluster on this machine, the event stream and the durable registry at 3 replicas; "+
 		"best of %d each, the order alternated: sigwatch %s (runs %s), %s; raw %s (runs %s), %s",
-		burstRounds, sw.d.Round(time.Millisecond), durations(runsOf(sws)), sw.cpu, raw.d.Round(time.Millisecond), durations(runsOf(raws)), raw.cpu)
+		rounds, sw.d.Round(time.Millisecond), durations(runsOf(sws)), sw.cpu, raw.d.Round(time.Millisecond), durations(runsOf(raws)), raw.cpu)
 	return &f, nil
 }
 

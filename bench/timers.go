@@ -1,29 +1,18 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
+	"math"
 	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/sigwatch/sigwatch/dispatch"
-	"github.com/sigwatch/sigwatch/shard"
-	"github.com/sigwatch/sigwatch/timer"
 )
 
 // timersBatch is how many resets one NATS message carries on sigwatch's
 // path.
 const timersBatch = 500
+
+// natsInFlight bounds the NATS-native timer's unacknowledged publishes.
+const natsInFlight = 4096
 
 // timers is scenario 9: sigwatch's generic timers against the NATS-native
 // resettable timer (a stream with one message per subject, per-message TTL
@@ -39,517 +28,208 @@ func (r *runner) timers(ctx context.Context) error {
 			"server; the fire is the delete marker the server stores when the TTL runs out, read by a JetStream " +
 			"ordered consumer. Lateness is the marker's arrival minus the reset's publish time plus its TTL."}}
 	for _, n := range r.prof.TimerCounts {
-		size := groupThousands(int64(n))
-		nat, err := r.natsTimers(ctx, n)
+		// Each run of either side starts from empty and loads its n timers
+		// (the memory figure) before it measures resets and lateness, so
+		// the rounds are whole runs, the order alternated.
+		var nts, sws []timerRun
+		err := alternate(rounds,
+			func(round int) error {
+				r.p.Printf("timers", "%d timers, round %d of %d: NATS-native", n, round+1, rounds)
+				t, err := r.natsTimers(ctx, n)
+				if err != nil {
+					return fmt.Errorf("NATS-native, %d timers, round %d: %w", n, round+1, err)
+				}
+				nts = append(nts, t)
+				return nil
+			},
+			func(round int) error {
+				r.p.Printf("timers", "%d timers, round %d of %d: sigwatch", n, round+1, rounds)
+				// Its deadlines copy those of the NATS-native side's latest
+				// run, which goes first in the first round.
+				t, err := r.sigwatchTimers(ctx, n, nts[len(nts)-1])
+				if err != nil {
+					return fmt.Errorf("sigwatch, %d timers, round %d: %w", n, round+1, err)
+				}
+				sws = append(sws, t)
+				return nil
+			})
 		if err != nil {
-			return fmt.Errorf("NATS-native, %d timers: %w", n, err)
+			return err
 		}
-		sw, err := r.sigwatchTimers(ctx, n, nat)
-		if err != nil {
-			return fmt.Errorf("sigwatch, %d timers: %w", n, err)
-		}
-		// The NATS-native timer with its best publishing: asynchronous
-		// publishes, or fast batches where they are faster.
-		best, how := nat.resets, "asynchronous publishes"
-		if nat.fastResets > best {
-			best, how = nat.fastResets, "fast batches"
-		}
-		f := newFigure(fmt.Sprintf("timer resets/s, %s timers", size), "/s", sw.resets, "NATS-native timer, best publishing", best, ratioAtLeast(3))
-		f.Detail = fmt.Sprintf("sigwatch: resets published over NATS (`sigwatch.timers.set.<queue>`), %d per message, "+
-			"stored in Redis and then acknowledged, counted as stored; backlog left %d messages; %s. NATS-native, its best "+
-			"publishing (%s): one acknowledged publish per reset, %d in flight, %.0f/s (%s); fast batches of %d "+
-			"(nats-server 2.14+, one acknowledgement per 100 and one per batch), %.0f/s",
-			timersBatch, sw.backlog, sw.cpu, how, natsInFlight, nat.resets, nat.cpu, atomicBatch, nat.fastResets)
-		// One reset per message on both sides: the NATS-native timer's
-		// acknowledged publish per reset.
-		single := newFigure(fmt.Sprintf("timer resets/s, one reset per NATS message (diagnostic), %s timers", size), "/s",
-			sw.single, "NATS-native timer, one publish per reset", nat.resets)
-		single.Detail = "the same path with a message per reset: its ceiling is the JetStream publish rate the NATS-native timer has, plus sigwatch's store"
-		req := newFigure(fmt.Sprintf("timer resets/s, one reset per request answered once stored, %s timers", size), "/s",
-			sw.requested, "NATS-native timer, one publish per reset", nat.resets, ratioAtLeast(1))
-		req.Detail = fmt.Sprintf("sigwatch: one core NATS request per reset on `sigwatch.timers.reset.<queue>`, answered once "+
-			"the reset is stored in Redis, %d requests in flight (as many as the NATS-native timer's publishes); %s",
-			natsInFlight, sw.requestCPU)
-		mem := newFigure(fmt.Sprintf("memory per timer, %s timers", size), "B", sw.bytes, "NATS-native timer", nat.streamBytes, ratioAtMost(0.5))
-		mem.Detail = fmt.Sprintf("each store's own accounting: sigwatch, Redis used_memory growth / timers, a timer without "+
-			"payload (member `<queue>/<id>`); NATS-native, the stream's bytes / timers (its messages only, not the server's "+
-			"indexes; nats-server RSS grew by %.0f B per timer, which GC headroom makes noisy)", nat.bytes)
-		sc.Figures = append(sc.Figures, f, single, req, mem)
-		for _, l := range []struct {
-			what   string
-			sw, nt lagStats
-		}{{fmt.Sprintf("%s due over %s", groupThousands(int64(r.prof.LagFires)), r.prof.LagWindow), sw.spread, nat.spread},
-			{fmt.Sprintf("%s due at once", groupThousands(int64(r.prof.Burst))), sw.once, nat.once}} {
-			target := ratioAtMost(0.1)
-			if l.what == fmt.Sprintf("%s due at once", groupThousands(int64(r.prof.Burst))) {
-				target = ratioAtMost(0.8)
-			}
-			p99 := newFigure(fmt.Sprintf("timer lateness p99, %s timers, %s", size, l.what), "ms", l.sw.P99, "NATS-native timer", l.nt.P99, target)
-			p99.Detail = fmt.Sprintf("sigwatch %s; NATS-native %s", l.sw, l.nt)
-			if l.what == fmt.Sprintf("%s due at once", groupThousands(int64(r.prof.Burst))) {
-				p99.Detail += fmt.Sprintf(" (from arming them to the last fire: sigwatch %s; NATS-native %s)", sw.onceCPU, nat.onceCPU)
-			}
-			sc.Figures = append(sc.Figures, p99,
-				newFigure(fmt.Sprintf("timer lateness p50, %s timers, %s", size, l.what), "ms", l.sw.P50, "NATS-native timer", l.nt.P50))
-			if l.sw.Min < 0 {
-				sc.Notes = append(sc.Notes, fmt.Sprintf("%s timers, %s: some timer events arrived before their deadline "+
-					"(earliest %.1f ms early): no early fire is broken at this commit.", size, l.what, -l.sw.Min))
-			}
-		}
+		figs, notes := r.timerFigures(n, sws, nts)
+		sc.Figures = append(sc.Figures, figs...)
+		sc.Notes = append(sc.Notes, notes...)
 	}
 	sc.Notes = append(sc.Notes, "sigwatch runs its timer service in the harness process (one replica owning all "+
 		strconv.Itoa(shards)+" shards, firing through the same JetStream publisher as the lost events, storing NATS resets with "+
 		"its consumer); lateness is the event's arrival through an ordered JetStream consumer of the event stream (so once "+
-		"stored, as the NATS-native side's markers are read) minus its deadline. The other timers "+
-		"of each count stay 10 minutes ahead, and both systems hold the same count. The NATS-native timer's deadlines "+
+		"stored, as the NATS-native side's markers are read) minus its deadline. Each run of either side starts from "+
+		"empty (the stream created; Redis flushed and the timer service started), loads its timers, then measures resets "+
+		"and lateness; every figure is each side's best of "+strconv.Itoa(rounds)+" runs, the side that runs first "+
+		"alternating from round to round. Between sigwatch's measurements the harness waits until the service has stored "+
+		"what it had already pulled from the reset stream, or been asked, so that a rate counts only its own resets and "+
+		"no late reset pushes back a deadline the lateness sets. The other timers of each count stay 10 minutes ahead, and both systems hold "+
+		"the same count. The NATS-native timer's deadlines "+
 		"have whole-second TTLs counted from each publish, so the spread ones fall due in one-second steps and the ones "+
 		"\"due at once\" over the time their publishing took; sigwatch's deadlines are set the same distances apart "+
-		"(the NATS-native side runs first and its deadlines are recorded).")
+		"as in the NATS-native side's latest run (recorded as it publishes; it runs first in the first round).")
 	r.res.add(sc)
 	return nil
 }
 
-// natsInFlight bounds the NATS-native timer's unacknowledged publishes.
-const natsInFlight = 4096
-
-// timerRun is what one system measured.
+// timerRun is what one run of one system measured.
 type timerRun struct {
 	resets, single float64 // resets/s
 	fastResets     float64 // resets/s in fast batches (the NATS-native timer)
 	requested      float64 // resets/s, one per request answered once stored
+	requestMissed  int64   // requests refused or unanswered within requestTimeout
 	requestCPU     cpuShares
-	bytes          float64 // per timer
-	streamBytes    float64
-	spread, once   lagStats
-	backlog        uint64
-	cpu, onceCPU   cpuShares
+	// bytes is the live memory per timer: Redis's used_memory growth for
+	// sigwatch, nats-server's live heap growth for the NATS-native timer.
+	bytes float64
+	// streamBytes and rssBytes are the NATS-native timer's stream bytes and
+	// nats-server RSS growth per timer, for context.
+	streamBytes, rssBytes float64
+	spread, once          lagStats
+	backlog               uint64
+	cpu, onceCPU          cpuShares
 	// spreadAt and onceAt are the NATS-native side's deadlines, in ms
 	// after its first, for its timers in order: the sigwatch side sets its
 	// deadlines the same distance apart.
 	spreadAt, onceAt []int64
 }
 
-// natsTimers measures the NATS-native timer with n timers.
-func (r *runner) natsTimers(ctx context.Context, n int) (timerRun, error) {
-	var out timerRun
-	js, err := jetstream.New(r.e.nc, jetstream.WithPublishAsyncMaxPending(natsInFlight))
-	if err != nil {
-		return out, err
-	}
-	const name = "NTIMERS"
-	_ = js.DeleteStream(ctx, name)
-	rss0 := rssOf(r.e.nats.pid())
-	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"nt.>"}, Storage: jetstream.MemoryStorage,
-		MaxMsgsPerSubject: 1, AllowMsgTTL: true, SubjectDeleteMarkerTTL: time.Second, AllowBatchPublish: true})
-	if err != nil {
-		return out, err
-	}
-	defer js.DeleteStream(context.WithoutCancel(ctx), name)
-	subj := func(j int) string { return "nt." + strconv.Itoa(j) }
-	publish := func(ids []int, ttl func(j int) string) (float64, error) {
-		start := time.Now()
-		for _, j := range ids {
-			m := &nats.Msg{Subject: subj(j), Header: nats.Header{"Nats-TTL": []string{ttl(j)}}, Data: []byte("1")}
-			if err := publishAsync(ctx, js, m); err != nil {
-				return 0, err
-			}
+// bestTimerRun returns the run of rs whose measure is best, the highest with
+// higher and else the lowest, and every run's measure in order.
+func bestTimerRun(rs []timerRun, of func(timerRun) float64, higher bool) (timerRun, []float64) {
+	vs := timerMeasures(rs, of)
+	b := 0
+	for j, v := range vs {
+		if higher && v > vs[b] || !higher && v < vs[b] {
+			b = j
 		}
-		select {
-		case <-js.PublishAsyncComplete():
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-		return float64(len(ids)) / time.Since(start).Seconds(), nil
 	}
-	all := make([]int, n)
-	for j := range all {
-		all[j] = j
-	}
-	r.p.Printf("timers", "NATS-native: %d timers", n)
-	if _, err := publish(all, func(int) string { return "600s" }); err != nil {
-		return out, err
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return out, err
-	}
-	out.streamBytes = float64(info.State.Bytes) / float64(n)
-	out.bytes = float64(rssOf(r.e.nats.pid())-rss0) / float64(n)
-	// Resets: the same timers again, round-robin, best of two; and the
-	// same in fast batches, its best publishing where it helps.
-	cpu := r.newCPUMeter(ctx, nil)
-	c0 := cpu.sample()
-	for range 2 {
-		rate, err := publish(all, func(int) string { return "600s" })
-		if err != nil {
-			return out, err
-		}
-		out.resets = max(out.resets, rate)
-	}
-	out.cpu = cpu.since(c0)
-	for range 2 {
-		start := time.Now()
-		err := publishFast(ctx, r.e.nc, n, func(j int) *nats.Msg {
-			return &nats.Msg{Subject: subj(j), Header: nats.Header{"Nats-TTL": []string{"600s"}}, Data: []byte("1")}
-		})
-		if err != nil {
-			return out, fmt.Errorf("fast batch resets: %w", err)
-		}
-		out.fastResets = max(out.fastResets, float64(n)/time.Since(start).Seconds())
-	}
-	r.p.Printf("timers", "NATS-native: %.0f resets/s, %.0f B per timer (stream %.0f B)", out.resets, out.bytes, out.streamBytes)
-
-	// Lateness: the fires are the markers.
-	var (
-		mu       sync.Mutex
-		deadline = map[string]time.Time{}
-		lags     []float64
-	)
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"nt.>"}, DeliverPolicy: jetstream.DeliverNewPolicy})
-	if err != nil {
-		return out, err
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if m.Headers().Get("Nats-Marker-Reason") == "" {
-			return
-		}
-		now := time.Now()
-		mu.Lock()
-		if d, ok := deadline[m.Subject()]; ok {
-			lags = append(lags, float64(now.Sub(d).Microseconds())/1e3)
-			delete(deadline, m.Subject())
-		}
-		mu.Unlock()
-	})
-	if err != nil {
-		return out, err
-	}
-	defer cc.Stop()
-	measure := func(ids []int, ttl func(j int) time.Duration, at *[]int64) (lagStats, error) {
-		mu.Lock()
-		lags = nil
-		mu.Unlock()
-		var first time.Time
-		for k, j := range ids {
-			d := ttl(j)
-			due := time.Now().Add(d)
-			if k == 0 {
-				first = due
-			}
-			*at = append(*at, due.Sub(first).Milliseconds())
-			mu.Lock()
-			deadline[subj(j)] = due
-			mu.Unlock()
-			m := &nats.Msg{Subject: subj(j), Header: nats.Header{"Nats-TTL": []string{d.String()}}, Data: []byte("1")}
-			if err := publishAsync(ctx, js, m); err != nil {
-				return lagStats{}, err
-			}
-		}
-		<-js.PublishAsyncComplete()
-		longest := time.Duration(0)
-		for _, j := range ids {
-			longest = max(longest, ttl(j))
-		}
-		waitFor(ctx, longest+30*time.Second, func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(lags) >= len(ids)
-		})
-		mu.Lock()
-		defer mu.Unlock()
-		if len(lags) < len(ids) {
-			return lagStats{}, fmt.Errorf("%d of %d markers arrived", len(lags), len(ids))
-		}
-		return summarize(lags), nil
-	}
-	steps := int(r.prof.LagWindow / time.Second)
-	spread := all[:r.prof.LagFires]
-	if out.spread, err = measure(spread, func(j int) time.Duration { return time.Duration(1+j%steps) * time.Second }, &out.spreadAt); err != nil {
-		return out, err
-	}
-	r.p.Printf("timers", "NATS-native: %d due over %s: %s", len(spread), r.prof.LagWindow, out.spread)
-	once := all[:min(r.prof.Burst, n)]
-	c0 = cpu.sample()
-	if out.once, err = measure(once, func(int) time.Duration { return 5 * time.Second }, &out.onceAt); err != nil {
-		return out, err
-	}
-	out.onceCPU = cpu.since(c0)
-	r.p.Printf("timers", "NATS-native: %d due at once: %s", len(once), out.once)
-	return out, nil
+	return rs[b], vs
 }
 
-// sigwatchTimers measures sigwatch's generic timers with n timers.
-func (r *runner) sigwatchTimers(ctx context.Context, n int, peer timerRun) (timerRun, error) {
-	var out timerRun
-	if err := r.e.flush(ctx); err != nil {
-		return out, err
+// timerMeasures is every run's measure, in order.
+func timerMeasures(rs []timerRun, of func(timerRun) float64) []float64 {
+	vs := make([]float64, len(rs))
+	for j, t := range rs {
+		vs[j] = of(t)
 	}
-	store := shard.NewStore(r.e.rc, shard.NewKeys("sw"))
-	topo, err := shard.NewWatcher(ctx, store, shards, 500*time.Millisecond, nil)
-	if err != nil {
-		return out, err
-	}
-	pub, err := dispatch.New(ctx, r.e.nc, dispatch.Options{})
-	if err != nil {
-		return out, err
-	}
-	rc, err := newRedisClient(r.e.redis.Addr)
-	if err != nil {
-		return out, err
-	}
-	defer rc.Close()
-	reg := prometheus.NewRegistry()
-	svc, err := timer.New(timer.Options{Replica: fmt.Sprintf("bench-%d", time.Now().UnixNano()), Fire: true, NATS: true,
-		Consume: true}, shard.NewStore(rc, shard.NewKeys("sw")), topo, pub, reg, nil)
-	if err != nil {
-		return out, err
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
-	wg.Go(func() { topo.Run(rctx) })
-	wg.Go(func() { _ = svc.Run(rctx) })
-	if !waitFor(ctx, 15*time.Second, func() bool { return len(svc.Owned()) == shards }) {
-		return out, fmt.Errorf("the timer engine owns %d of %d shards after 15s", len(svc.Owned()), shards)
-	}
-
-	const queue = "bench"
-	ids := deviceIDs(n)
-	far := time.Now().Add(10 * time.Minute).UnixMilli()
-	m0, err := r.e.usedMemory(ctx)
-	if err != nil {
-		return out, err
-	}
-	r.p.Printf("timers", "sigwatch: %d timers", n)
-	if err := parallelChunks(ctx, n, 1000, 8, func(lo, hi int) error {
-		rs := make([]shard.TimerReset, 0, hi-lo)
-		for _, id := range ids[lo:hi] {
-			rs = append(rs, shard.TimerReset{Member: shard.TimerMember(queue, id), Deadline: far})
-		}
-		return svc.Reset(ctx, rs)
-	}); err != nil {
-		return out, err
-	}
-	m1, err := r.e.usedMemory(ctx)
-	if err != nil {
-		return out, err
-	}
-	out.bytes = float64(m1-m0) / float64(n)
-
-	// Resets over NATS: publishers keep a backlog in the reset stream; the
-	// rate is what sigwatch stored (and then acknowledged) per second.
-	js, err := jetstream.New(r.e.nc, jetstream.WithPublishAsyncMaxPending(256))
-	if err != nil {
-		return out, err
-	}
-	stored := func() float64 { return counterValue(reg, "sigwatch_timers_resets_total") }
-	resetRate := func(per int) (float64, uint64, error) {
-		// The bodies are made beforehand, so that the load generator's JSON
-		// is not counted as sigwatch's work.
-		var bodies [][]byte
-		for lo := 0; lo < n; lo += per {
-			batch := make([]timer.Request, 0, per)
-			for _, id := range ids[lo:min(lo+per, n)] {
-				batch = append(batch, timer.Request{ID: id, After: json.RawMessage(`"10m"`)})
-			}
-			var data []byte
-			if per == 1 {
-				data, _ = json.Marshal(batch[0])
-			} else {
-				data, _ = json.Marshal(batch)
-			}
-			bodies = append(bodies, data)
-		}
-		pctx, stop := context.WithCancel(ctx)
-		var pubErr atomic.Pointer[error]
-		var pw sync.WaitGroup
-		pw.Go(func() {
-			for j := 0; pctx.Err() == nil; j++ {
-				m := &nats.Msg{Subject: "sigwatch.timers.set." + queue, Data: bodies[j%len(bodies)]}
-				if err := publishAsync(pctx, js, m); err != nil && pctx.Err() == nil {
-					pubErr.Store(&err)
-					return
-				}
-			}
-		})
-		time.Sleep(time.Second) // warm-up: a backlog forms
-		s0, t0 := stored(), time.Now()
-		time.Sleep(r.prof.PeerFor)
-		rate := (stored() - s0) / time.Since(t0).Seconds()
-		stop()
-		pw.Wait()
-		backlog, _, _ := pub.TimerBacklog(ctx)
-		// The publishers kept a backlog on purpose; what is left of it is
-		// dropped, not drained (minutes at a message per reset), so that
-		// the next measurement starts clean and the timers' watermark,
-		// which a waiting reset holds back, moves again.
-		if st, err := js.Stream(ctx, pub.TimerStream()); err == nil {
-			_ = st.Purge(ctx)
-		}
-		waitFor(ctx, time.Minute, func() bool { b, _, _ := pub.TimerBacklog(ctx); return b == 0 })
-		if e := pubErr.Load(); e != nil {
-			return 0, 0, *e
-		}
-		return rate, backlog, nil
-	}
-	cpu := r.newCPUMeter(ctx, nil)
-	c0 := cpu.sample()
-	if out.resets, out.backlog, err = resetRate(timersBatch); err != nil {
-		return out, err
-	}
-	out.cpu = cpu.since(c0)
-	if out.single, _, err = resetRate(1); err != nil {
-		return out, err
-	}
-	c0 = cpu.sample()
-	if out.requested, err = r.requestRate(ctx, queue, ids); err != nil {
-		return out, err
-	}
-	out.requestCPU = cpu.since(c0)
-	r.p.Printf("timers", "sigwatch: %.0f resets/s (%d per message), %.0f/s one per message, %.0f B per timer",
-		out.resets, timersBatch, out.single, out.bytes)
-
-	// Lateness.
-	var (
-		mu   sync.Mutex
-		lags []float64
-	)
-	// Each fire is timed when the stream has stored it: an ordered consumer
-	// of the event stream, as the NATS-native side reads its markers.
-	js2, err := jetstream.New(r.e.nc)
-	if err != nil {
-		return out, err
-	}
-	evs, err := js2.OrderedConsumer(ctx, "SIGWATCH", jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"sigwatch.timer." + queue}, DeliverPolicy: jetstream.DeliverNewPolicy})
-	if err != nil {
-		return out, err
-	}
-	cc, err := evs.Consume(func(m jetstream.Msg) {
-		now := time.Now()
-		var ev struct {
-			Deadline int64 `json:"deadline"`
-		}
-		if json.Unmarshal(m.Data(), &ev) == nil {
-			mu.Lock()
-			lags = append(lags, float64(now.UnixMicro()-ev.Deadline*1000)/1e3)
-			mu.Unlock()
-		}
-	})
-	if err != nil {
-		return out, err
-	}
-	defer cc.Stop()
-	measure := func(k int, deadline func(j int) int64) (lagStats, error) {
-		mu.Lock()
-		lags = nil
-		mu.Unlock()
-		rs := make([]shard.TimerReset, k)
-		last := int64(0)
-		for j := range rs {
-			rs[j] = shard.TimerReset{Member: shard.TimerMember(queue, ids[j]), Deadline: deadline(j), Set: true}
-			last = max(last, rs[j].Deadline)
-		}
-		for lo := 0; lo < k; lo += 1000 {
-			if err := svc.Reset(ctx, rs[lo:min(lo+1000, k)]); err != nil {
-				return lagStats{}, err
-			}
-		}
-		// A busy machine drains the reset backlog slowly, and the timers'
-		// watermark waits for it: wait rather than abort the scenario.
-		waitFor(ctx, time.Until(time.UnixMilli(last))+3*time.Minute, func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(lags) >= k
-		})
-		mu.Lock()
-		defer mu.Unlock()
-		if len(lags) < k {
-			return lagStats{}, fmt.Errorf("%d of %d timer events arrived", len(lags), k)
-		}
-		return summarize(lags), nil
-	}
-	// The deadlines fall the same distance apart as the NATS-native side's.
-	start := time.Now().Add(2 * time.Second)
-	k := len(peer.spreadAt)
-	if out.spread, err = measure(k, func(j int) int64 { return start.UnixMilli() + peer.spreadAt[j] }); err != nil {
-		return out, err
-	}
-	r.p.Printf("timers", "sigwatch: %d due over %s: %s", k, r.prof.LagWindow, out.spread)
-	at := time.Now().Add(5 * time.Second).UnixMilli()
-	stopProf := r.cpuProfile("timers-burst", fmt.Sprintf("timer service firing %d timers due at once (scenario 9)", min(r.prof.Burst, n)))
-	cpu = r.newCPUMeter(ctx, nil)
-	c0 = cpu.sample()
-	out.once, err = measure(len(peer.onceAt), func(j int) int64 { return at + peer.onceAt[j] })
-	out.onceCPU = cpu.since(c0)
-	stopProf()
-	if err != nil {
-		return out, err
-	}
-	r.p.Printf("timers", "sigwatch: %d due at once: %s", min(r.prof.Burst, n), out.once)
-	return out, nil
+	return vs
 }
 
-// rssOf is the resident memory of process pid in bytes (0 if unknown).
-func rssOf(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
+// perSecond lists rates for a figure's detail, to the unit.
+func perSecond(vs []float64) string {
+	out := make([]float64, len(vs))
+	for j, v := range vs {
+		out[j] = math.Round(v)
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb * 1024
-		}
-	}
-	return 0
+	return runs(out, "/s")
 }
 
-// requestRate measures resets sent one per core NATS request, each
-// answered once stored, with natsInFlight requests in flight: the rate of
-// answers that say stored, over the profile's peer window.
-func (r *runner) requestRate(ctx context.Context, queue string, ids []string) (float64, error) {
-	inbox := nats.NewInbox()
-	var stored, refused atomic.Int64
-	room := make(chan struct{}, natsInFlight)
-	sub, err := r.e.nc.Subscribe(inbox+".*", func(m *nats.Msg) {
-		if bytes.Contains(m.Data, []byte(`"stored"`)) {
-			stored.Add(1)
-		} else {
-			refused.Add(1)
+// timerFigures are the figures of n timers, each side's best run of sws
+// (sigwatch) and nts (the NATS-native timer), and notes on them.
+func (r *runner) timerFigures(n int, sws, nts []timerRun) (figs []Figure, notes []string) {
+	size := groupThousands(int64(n))
+	resets := func(t timerRun) float64 { return t.resets }
+
+	// The NATS-native timer with its best publishing: asynchronous
+	// publishes, or fast batches where they are faster.
+	sw, swRuns := bestTimerRun(sws, resets, true)
+	na, naRuns := bestTimerRun(nts, resets, true)
+	fa, fastRuns := bestTimerRun(nts, func(t timerRun) float64 { return t.fastResets }, true)
+	best, how := na.resets, "asynchronous publishes"
+	if fa.fastResets > best {
+		best, how = fa.fastResets, "fast batches"
+	}
+	f := newFigure(fmt.Sprintf("timer resets/s, %s timers", size), "/s", sw.resets, "NATS-native timer, best publishing", best, ratioAtLeast(3))
+	f.Detail = fmt.Sprintf("%s. sigwatch: resets published over NATS (`sigwatch.timers.set.<queue>`), %d per message, "+
+		"stored in Redis and then acknowledged, counted as stored: %s; its best run left a backlog of %d messages, %s. "+
+		"NATS-native (its best publishing: %s): one acknowledged publish per reset, %d in flight, %s (best run %s); "+
+		"fast batches of %d (nats-server 2.14+, one acknowledgement per 100 and one per batch), %s",
+		bestOf(rounds), timersBatch, perSecond(swRuns), sw.backlog, sw.cpu, how, natsInFlight, perSecond(naRuns), na.cpu,
+		atomicBatch, perSecond(fastRuns))
+
+	// One reset per message on both sides: the NATS-native timer's
+	// acknowledged publish per reset.
+	one, oneRuns := bestTimerRun(sws, func(t timerRun) float64 { return t.single }, true)
+	single := newFigure(fmt.Sprintf("timer resets/s, one reset per NATS message (diagnostic), %s timers", size), "/s",
+		one.single, "NATS-native timer, one publish per reset", na.resets)
+	single.Detail = fmt.Sprintf("%s. The same path with a message per reset (its ceiling is the JetStream publish rate the "+
+		"NATS-native timer has, plus sigwatch's store): sigwatch %s; NATS-native, one acknowledged publish per reset, %s",
+		bestOf(rounds), perSecond(oneRuns), perSecond(naRuns))
+
+	rq, rqRuns := bestTimerRun(sws, func(t timerRun) float64 { return t.requested }, true)
+	req := newFigure(fmt.Sprintf("timer resets/s, one reset per request answered once stored, %s timers", size), "/s",
+		rq.requested, "NATS-native timer, one publish per reset", na.resets, ratioAtLeast(1))
+	req.Detail = fmt.Sprintf("%s. sigwatch: one core NATS request per reset on `sigwatch.timers.reset.<queue>`, answered once "+
+		"the reset is stored in Redis, %d requests in flight (as many as the NATS-native timer's publishes): %s, best run %s; "+
+		"NATS-native, one acknowledged publish per reset: %s; requests refused or unanswered within %v, over every run: %d",
+		bestOf(rounds), natsInFlight, perSecond(rqRuns), rq.requestCPU, perSecond(naRuns), requestTimeout,
+		sumOf(sws, func(t timerRun) int64 { return t.requestMissed }))
+
+	perTimer := func(t timerRun) float64 { return t.bytes }
+	swm, swmRuns := bestTimerRun(sws, perTimer, false)
+	ntm, ntmRuns := bestTimerRun(nts, perTimer, false)
+	streamRuns := timerMeasures(nts, func(t timerRun) float64 { return t.streamBytes })
+	rssRuns := timerMeasures(nts, func(t timerRun) float64 { return t.rssBytes })
+	mem := newFigure(fmt.Sprintf("memory per timer, %s timers", size), "B", swm.bytes, "NATS-native timer", ntm.bytes, ratioAtMost(0.5))
+	mem.Detail = fmt.Sprintf("live bytes on both sides; %s, the lowest kept. sigwatch: Redis used_memory growth / timers "+
+		"(its allocator's count of the bytes it holds), a timer without payload (member `<queue>/<id>`): %s. "+
+		"NATS-native: nats-server's live heap growth / timers (Go's HeapAlloc after a forced GC in the process that "+
+		"embeds the server: everything it holds for the timers, messages, subject index and TTL tracking): %s. For "+
+		"context, the stream's own accounting (its messages only) was %s per timer and nats-server's RSS grew by %s "+
+		"per timer (GC headroom, and pages returned to the system or not yet, make it noisy). No disk on either side: the stream has "+
+		"memory storage and Redis runs without persistence (no RDB, no AOF)",
+		bestOf(rounds), runs(swmRuns, "B"), runs(ntmRuns, "B"), runs(streamRuns, "B"), runs(rssRuns, "B"))
+	figs = append(figs, f, single, req, mem)
+
+	spread := fmt.Sprintf("%s due over %s", groupThousands(int64(r.prof.LagFires)), r.prof.LagWindow)
+	once := fmt.Sprintf("%s due at once", groupThousands(int64(r.prof.Burst)))
+	for _, l := range []struct {
+		what   string
+		of     func(timerRun) lagStats
+		target Target
+		cpu    bool
+	}{{spread, func(t timerRun) lagStats { return t.spread }, ratioAtMost(0.1), false},
+		{once, func(t timerRun) lagStats { return t.once }, ratioAtMost(0.8), true}} {
+		p99 := func(t timerRun) float64 { return l.of(t).P99 }
+		p50 := func(t timerRun) float64 { return l.of(t).P50 }
+		sw, swP99 := bestTimerRun(sws, p99, false)
+		nt, ntP99 := bestTimerRun(nts, p99, false)
+		swP50, ntP50 := timerMeasures(sws, p50), timerMeasures(nts, p50)
+		f99 := newFigure(fmt.Sprintf("timer lateness p99, %s timers, %s", size, l.what), "ms", l.of(sw).P99, "NATS-native timer", l.of(nt).P99, l.target)
+		f99.Detail = fmt.Sprintf("%s, the lowest p99 kept: sigwatch %s, NATS-native %s; p99 of each run: sigwatch %s; NATS-native %s",
+			bestOf(rounds), l.of(sw), l.of(nt), runs(swP99, "ms"), runs(ntP99, "ms"))
+		if l.cpu {
+			f99.Detail += fmt.Sprintf(" (from arming them to the last fire, in those runs: sigwatch %s; NATS-native %s)", sw.onceCPU, nt.onceCPU)
 		}
-		<-room
-	})
-	if err != nil {
-		return 0, err
-	}
-	defer sub.Unsubscribe()
-	sub.SetPendingLimits(-1, -1)
-	bodies := make([][]byte, len(ids))
-	for j, id := range ids {
-		bodies[j], _ = json.Marshal(timer.Request{ID: id, After: json.RawMessage(`"10m"`)})
-	}
-	pctx, stop := context.WithCancel(ctx)
-	var pw sync.WaitGroup
-	pw.Go(func() {
-		for j := 0; pctx.Err() == nil; j++ {
-			select {
-			case room <- struct{}{}:
-			case <-pctx.Done():
-				return
+		f50 := newFigure(fmt.Sprintf("timer lateness p50, %s timers, %s", size, l.what), "ms", l.of(sw).P50, "NATS-native timer", l.of(nt).P50)
+		f50.Detail = fmt.Sprintf("%s: from each side's run of the lowest p99; p50 of each run: sigwatch %s; NATS-native %s",
+			bestOf(rounds), runs(swP50, "ms"), runs(ntP50, "ms"))
+		figs = append(figs, f99, f50)
+		early, k := 0.0, 0
+		for _, t := range sws {
+			if m := l.of(t).Min; m < 0 {
+				early, k = min(early, m), k+1
 			}
-			_ = r.e.nc.PublishRequest("sigwatch.timers.reset."+queue, inbox+"."+strconv.Itoa(j%natsInFlight), bodies[j%len(bodies)])
 		}
-	})
-	time.Sleep(time.Second) // warm-up
-	s0, t0 := stored.Load(), time.Now()
-	time.Sleep(r.prof.PeerFor)
-	rate := float64(stored.Load()-s0) / time.Since(t0).Seconds()
-	stop()
-	pw.Wait()
-	if n := refused.Load(); n > 0 {
-		return 0, fmt.Errorf("%d reset requests refused", n)
+		if k > 0 {
+			notes = append(notes, fmt.Sprintf("%s timers, %s: in %d of %d runs some timer events arrived before their "+
+				"deadline (earliest %.1f ms early): no early fire is broken at this commit.", size, l.what, k, len(sws), -early))
+		}
 	}
-	r.p.Printf("timers", "sigwatch: %.0f resets/s, one per request answered once stored", rate)
-	return rate, nil
+	return figs, notes
+}
+
+// sumOf adds one count over the runs.
+func sumOf(rs []timerRun, of func(timerRun) int64) int64 {
+	var n int64
+	for _, x := range rs {
+		n += of(x)
+	}
+	return n
 }
