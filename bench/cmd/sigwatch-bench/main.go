@@ -33,7 +33,7 @@ func run() int {
 		opts bench.Options
 		only string
 	)
-	flag.StringVar(&opts.Profile, "profile", "quick", "quick (make bench, about 8 minutes on 2 cores) or full (about 35)")
+	flag.StringVar(&opts.Profile, "profile", "quick", "quick (make bench, about 15 minutes on 2 cores) or full (about an hour)")
 	flag.StringVar(&opts.OutDir, "out", ".", "directory for RESULTS.md, results.json and profiles/")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (write, memory, firelag, burst, peers, ingest, overload, doubling, timers, idle, checkpoint); "+
 		"a partial run writes results.json only")
