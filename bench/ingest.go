@@ -311,14 +311,22 @@ func capacities(rs []rampResult) []float64 {
 func (r *runner) ingestRaw(ctx context.Context, name, url string) (rampResult, error) {
 	what := "raw " + name
 	var got atomic.Int64
-	o := mqtt.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("bench-raw-%d", time.Now().UnixNano())).
+	id := fmt.Sprintf("bench-raw-%d", time.Now().UnixNano())
+	o := mqtt.NewClientOptions().AddBroker(url).SetClientID(id).
 		SetCleanSession(false).SetOrderMatters(false).SetAutoReconnect(true).SetKeepAlive(15 * time.Second).
 		SetDefaultPublishHandler(func(mqtt.Client, mqtt.Message) { got.Add(1) })
 	c := mqtt.NewClient(o)
 	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		return rampResult{}, fmt.Errorf("%s: connect: %v", what, tok.Error())
 	}
-	defer c.Disconnect(250)
+	// The persistent session goes with the run: left behind, it would
+	// queue every later signal on the broker for a subscriber that is gone.
+	defer func() {
+		c.Disconnect(250)
+		if err := clearSession(url, id); err != nil {
+			r.p.Printf("ingest", "%s: %v", what, err)
+		}
+	}()
 	if tok := c.Subscribe("devices/+/signal", 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		return rampResult{}, fmt.Errorf("%s: subscribe: %v", what, tok.Error())
 	}
@@ -358,7 +366,14 @@ func (r *runner) ingestSigwatch(ctx context.Context, name, url string, profile b
 	start := time.Now()
 	wl, log := newWarnLog(filepath.Join(r.e.dir, fmt.Sprintf("ingest-%d.log", start.UnixNano())))
 	defer wl.close()
-	in, err := ingest.New(ingest.Options{Brokers: []string{url}, ClientID: fmt.Sprintf("bench-ingest-%d", start.UnixNano()),
+	id := fmt.Sprintf("bench-ingest-%d", start.UnixNano())
+	// Cleared once ingest has stopped (deferred calls run last in, first out).
+	defer func() {
+		if err := clearSession(url, id); err != nil {
+			r.p.Printf("ingest", "%s: %v", what, err)
+		}
+	}()
+	in, err := ingest.New(ingest.Options{Brokers: []string{url}, ClientID: id,
 		Thresholds: shard.NewThresholds(store, threshold, nil)}, store, topo, pub, reg, log)
 	if err != nil {
 		return rampResult{}, err
