@@ -12,6 +12,7 @@ import (
 
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/testenv"
+	"github.com/sigwatch/sigwatch/shard"
 )
 
 func (r *rig) groups(t *testing.T, ids ...string) []string {
@@ -144,7 +145,7 @@ func TestReservedIDPrefix(t *testing.T) {
 	if err := run.Signal(context.Background(), "$sigwatch-storm-fleet", "", time.Time{}); !errors.Is(err, ErrReservedID) {
 		t.Errorf("Signal($sigwatch-storm-fleet) = %v, want ErrReservedID", err)
 	}
-	if err := CheckID("$sigwatch-x", 0); !errors.Is(err, ErrReservedID) {
+	if err := shard.CheckID("$sigwatch-x", 0); !errors.Is(err, ErrReservedID) {
 		t.Errorf("CheckID($sigwatch-x) = %v, want ErrReservedID", err)
 	}
 }

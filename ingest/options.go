@@ -221,14 +221,10 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// ReservedIDPrefix starts the device ids sigwatch keeps for itself (its
-// probes, and the alarm's group and fleet storms): no device may use them.
-const ReservedIDPrefix = "$sigwatch-"
-
 // ProbeIDPrefix starts the device id of a probe that rides a signal
 // subscription (ProbeTopicUnder). Such ids are never devices: a member
 // ignores other members' probes.
-const ProbeIDPrefix = "$sigwatch-probe-"
+const ProbeIDPrefix = shard.ReservedIDPrefix + "probe-"
 
 // ProbeTopicUnder returns a probe topic that filter matches, with the id
 // level (idLevel, a '+' in filter) holding ProbeIDPrefix+clientID. A probe
