@@ -104,6 +104,6 @@ func (s *Service) invalid(m dispatch.TimerMsg, j int, why string, err error, now
 		id = "timers/" + strconv.FormatUint(seq, 10) + "/" + strconv.Itoa(j)
 	}
 	ev := dispatch.NewInvalid(id, why+": "+err.Error(), m.Subject, m.Data, now.UnixMilli())
-	msg, _ := dispatch.Encode(s.pub.Subjects().Invalid(), ev.ID, ev)
+	msg, _ := dispatch.Encode(s.pub.Subjects(), ev)
 	return msg
 }
