@@ -335,10 +335,11 @@ func (a *App) startTimers() error {
 	if cfg.Timers.NATS && !js {
 		a.log.Warn("NATS core mode: timer resets over NATS are off (they need JetStream); the timer API works")
 	}
+	tc := cfg.Timers
+	tc.NATS = tc.NATS && js
 	var err error
 	a.timerSvc, err = timer.New(timer.Options{
-		Replica: replicaID(), Fire: cfg.hasRole("scanner"), NATS: cfg.Timers.NATS && js, Consume: cfg.hasRole("ingest"),
-		Fetch: cfg.Timers.Fetch, AckWait: cfg.Timers.AckWait,
+		Replica: replicaID(), Fire: cfg.hasRole("scanner"), Config: tc, Consume: cfg.hasRole("ingest"),
 		LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll, Batch: cfg.Scanner.Batch, Now: a.clock.Now,
 		Limits:    timer.Limits{MaxPayload: cfg.Timers.MaxPayload, MaxIDLen: cfg.Ingest.MaxIDLen},
 		FireStore: a.scanStore,

@@ -37,24 +37,35 @@ import (
 // Source reads the reference clock: Redis server time (shard.Store.Time).
 type Source func(ctx context.Context) (time.Time, error)
 
-// Options configure a Clock. Zero values select the defaults given.
-type Options struct {
-	// Every is the refresh period of the offset, default 30s.
+// Config is how the offset to the reference clock is measured.
+type Config struct {
+	// Every is the refresh period of the offset.
 	Every time.Duration
-	// Samples is the number of round trips one refresh takes, default 5.
+	// Samples is the number of round trips one refresh takes.
 	Samples int
 	// WarnOffset is the offset beyond which the host's clock is reported
-	// as wrong in the log, default 1s.
+	// as wrong in the log.
 	WarnOffset time.Duration
+}
+
+// DefaultConfig is the only copy of the clock's defaults.
+func DefaultConfig() Config {
+	return Config{Every: 30 * time.Second, Samples: 5, WarnOffset: time.Second}
+}
+
+// Options configure a Clock. Zero values of Config select DefaultConfig's.
+type Options struct {
+	Config
 	// Skew is added to the local clock. It exists only so that tests can
 	// run processes whose host clocks disagree; nothing else sets it.
 	Skew time.Duration
 }
 
 func (o *Options) defaults() {
-	o.Every = cmp.Or(max(o.Every, 0), 30*time.Second)
-	o.Samples = cmp.Or(max(o.Samples, 0), 5)
-	o.WarnOffset = cmp.Or(max(o.WarnOffset, 0), time.Second)
+	d := DefaultConfig()
+	o.Every = cmp.Or(max(o.Every, 0), d.Every)
+	o.Samples = cmp.Or(max(o.Samples, 0), d.Samples)
+	o.WarnOffset = cmp.Or(max(o.WarnOffset, 0), d.WarnOffset)
 }
 
 // Clock is the process's time base. It is safe for concurrent use.
