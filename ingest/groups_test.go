@@ -52,7 +52,7 @@ func TestGroupLevel(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run := r.start(t, Options{Topics: []string{"sites/+/+/+/signal"}, IDLevel: 3, TypeLevel: 2, GroupLevel: new(1), MaxIDLen: 16})
+	run := r.start(t, Options{Topics: []string{"sites/+/+/+/signal"}, IDLevel: 3, TypeLevel: 2, GroupLevel: new(1), Config: Config{MaxIDLen: 16}})
 	dev := device(t, r.env.Mosquitto.URL)
 
 	publish(t, dev, "sites/gw-1/pump/d1/signal", "")

@@ -176,9 +176,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			TypeLevel: cfg.MQTT.TypeLevel, GroupLevel: new(cfg.MQTT.GroupLevel), SharedGroup: cfg.MQTT.SharedGroup, QoS: new(byte(cfg.MQTT.QoS)),
 			OrderedBroker: cfg.MQTT.OrderedBroker,
 			Thresholds:    a.thr, TimestampMode: cfg.Timestamp.Mode, MaxSkew: cfg.Timestamp.MaxSkew,
-			MaxIDLen: cfg.Ingest.MaxIDLen, BatchSize: cfg.Ingest.Batch, FlushInterval: cfg.Ingest.FlushInterval,
-			MaxInFlight: cfg.Ingest.MaxInFlight, ProbeInterval: cfg.Ingest.ProbeInterval, IdleProbeInterval: cfg.Ingest.IdleProbeInterval,
-			OutageAfter: cfg.Ingest.OutageAfter, ReconnectGrace: cfg.Ingest.ReconnectGrace, MemberTimeout: cfg.Ingest.MemberTimeout,
+			Config:   cfg.Ingest,
 			Now:      a.clock.Now,
 			Registry: a.registry,
 		}, a.store, a.topo, a.pub, a.reg, log.With("role", "ingest"))
