@@ -28,6 +28,7 @@
 //   - wait.go: polling with a deadline (WaitFor, Never).
 //   - leak.go: goroutine-leak checks on goleak (VerifyNone).
 //   - metrics.go: metric reads (Gathered, Scraped, Observations, Series).
-//   - logbuf.go: LogBuffer, a log sink the code under test may write to from many goroutines.
+//   - logbuf.go: LogBuffer, a log sink the code under test may write to
+//     from many goroutines.
 //   - clock.go: a manual clock (Clock).
 package testenv
