@@ -21,13 +21,17 @@ type Options struct {
 	// Replica names this process among the scanners; it must be unique,
 	// e.g. host-pid-random.
 	Replica string
-	// Config is the engine's section (lease time, poll, claim limit); its
-	// zero fields select queue.DefaultConfig's. Leases are renewed every
-	// LeaseTTL/3; a dead replica's shards move within about LeaseTTL.
-	queue.Config
+	// LeaseTTL is the lease time of a shard, default 5s. Leases are renewed
+	// every LeaseTTL/3; a dead replica's shards move within about LeaseTTL.
+	LeaseTTL time.Duration
 	// Rebalance is the period of the membership heartbeat and of lease
 	// acquisition and release, default 500ms.
 	Rebalance time.Duration
+	// Poll bounds the wait between two claims of one shard and the age of
+	// the watermark read, default DefaultPoll.
+	Poll time.Duration
+	// Batch is the claim limit, default 256.
+	Batch int
 	// Thresholds gives each device's threshold, to compute last_seen and
 	// apply the outage rule. Required.
 	Thresholds *shard.Thresholds

@@ -190,7 +190,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		}
 		a.scanStore.ShareGeneration(a.store)
 		a.sc, err = scanner.New(scanner.Options{
-			Replica: replicaID(), Config: cfg.Scanner, Thresholds: a.thr, Now: a.live.wrap("scanner", a.clock.Now),
+			Replica: replicaID(), LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll,
+			Batch: cfg.Scanner.Batch, Thresholds: a.thr, Now: a.live.wrap("scanner", a.clock.Now),
 		}, a.scanStore, a.topo, a.pub, a.reg, log.With("role", "scanner"))
 		if err != nil {
 			return nil, err
