@@ -467,7 +467,7 @@ func TestLostAfterComebackRaisesNothing(t *testing.T) {
 	defer stop()
 	old := time.Now().Add(-time.Second).UnixMilli()
 	ev := dispatch.Lost{ID: dispatch.LostID("dev-c", old), Device: "dev-c", Deadline: old, FiredAt: old}
-	msg, _ := dispatch.Encode(dispatch.Subjects{}.Lost(""), ev.ID, ev)
+	msg, _ := dispatch.Encode(dispatch.Subjects{}, ev)
 	if err := h.pub.Publish(h.ctx, []dispatch.Message{msg})[0]; err != nil {
 		t.Fatal(err)
 	}
@@ -593,7 +593,7 @@ func TestRemoveResolves(t *testing.T) {
 	h.wait("dev-rm", Resolved, ReasonRemoved, 2*time.Second)
 	// The lost event delivered again raises nothing.
 	ev := dispatch.Lost{ID: dispatch.LostID("dev-rm", raised.Body.Since) + "-again", Device: "dev-rm", Deadline: raised.Body.Since}
-	msg, _ := dispatch.Encode(dispatch.Subjects{}.Lost(""), ev.ID, ev)
+	msg, _ := dispatch.Encode(dispatch.Subjects{}, ev)
 	if err := h.pub.Publish(h.ctx, []dispatch.Message{msg})[0]; err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func (a *Alarms) flush(ctx context.Context, id string, st stored, fence dispatch
 			case n.Muted:
 				continue
 			}
-			msg, err := dispatch.Encode(a.pub.Subjects().Alarm(n.Type), n.ID, n.Alarm)
+			msg, err := dispatch.Encode(a.pub.Subjects(), n.Alarm)
 			if err != nil {
 				return st, fmt.Errorf("alarm: encode notification: %w", err)
 			}

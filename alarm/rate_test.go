@@ -369,7 +369,8 @@ func TestRateSlotKeptAcrossCrash(t *testing.T) {
 	// A redelivered lost event flushes the state before the slot: the note
 	// waits.
 	ev := dispatch.Lost{ID: dispatch.LostID(id, since), Device: id, Type: "meter", Deadline: since, FiredAt: since}
-	msg, _ := dispatch.Encode(dispatch.Subjects{}.Lost("meter"), ev.ID+"/again", ev)
+	msg, _ := dispatch.Encode(dispatch.Subjects{}, ev)
+	msg.ID += "/again"
 	if err := h.pub.Publish(h.ctx, []dispatch.Message{msg})[0]; err != nil {
 		t.Fatal(err)
 	}

@@ -442,7 +442,7 @@ func (a *Alarms) flushStorm(ctx context.Context, sc string) error {
 			return err
 		}
 		for _, ev := range st.Pending {
-			msg, err := dispatch.Encode(a.pub.Subjects().Storm(), ev.ID, ev)
+			msg, err := dispatch.Encode(a.pub.Subjects(), ev)
 			if err != nil {
 				return err
 			}

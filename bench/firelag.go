@@ -193,7 +193,7 @@ func naivePoller(ctx context.Context, rc rueidis.Client, pub *dispatch.Publisher
 			dl := int64(z.Score)
 			ev := dispatch.Lost{ID: dispatch.LostID(z.Member, dl), Device: z.Member, Type: "default",
 				Deadline: dl, LastSeen: dl - threshold.Milliseconds(), FiredAt: firedAt}
-			msgs[j], _ = dispatch.Encode(pub.Subjects().Lost(""), ev.ID, ev)
+			msgs[j], _ = dispatch.Encode(pub.Subjects(), ev)
 		}
 		if err := rc.Do(ctx, rc.B().Zrem().Key(key).Member(ids...).Build()).Error(); err != nil {
 			return

@@ -43,7 +43,7 @@ func (r *runner) sigwatchTimers(ctx context.Context, n int, peer timerRun) (time
 	}
 	defer rc.Close()
 	reg := prometheus.NewRegistry()
-	svc, err := timer.New(timer.Options{Replica: fmt.Sprintf("bench-%d", time.Now().UnixNano()), Fire: true, NATS: true,
+	svc, err := timer.New(timer.Options{Replica: fmt.Sprintf("bench-%d", time.Now().UnixNano()), Fire: true, Config: timer.Config{NATS: true},
 		Consume: true}, shard.NewStore(rc, shard.NewKeys("sw")), topo, pub, reg, nil)
 	if err != nil {
 		return out, err

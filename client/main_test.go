@@ -72,7 +72,7 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	svc, err := timer.New(timer.Options{Replica: "client-test", Fire: true, NATS: true, Consume: true,
+	svc, err := timer.New(timer.Options{Replica: "client-test", Fire: true, Config: timer.Config{NATS: true}, Consume: true,
 		LeaseTTL: time.Second, Poll: 10 * time.Millisecond}, store, topo, pub, nil, nil)
 	if err != nil {
 		return 0, err

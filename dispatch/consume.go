@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sigwatch/sigwatch/internal/backoff"
+	"golang.org/x/sync/errgroup"
 )
 
 // ConsumerOptions shape a durable consumer of lost and recovered events
@@ -67,16 +67,16 @@ func (c *Consumer) Run(ctx context.Context, h EventHandler) error {
 	// Handlers finish on workCtx, which outlives ctx by the grace.
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
-	sem := make(chan struct{}, max(1, c.opts.Workers))
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	// Go blocks while Workers events are in hand, which holds the pull.
+	var workers errgroup.Group
+	workers.SetLimit(max(1, c.opts.Workers))
+	defer workers.Wait()
 	cons := c.cons
 	for {
 		gone, err := c.pull(ctx, cons, cancelWork, func(msg jetstream.Msg) {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
+			workers.Go(func() error {
 				c.handle(workCtx, h, msg)
+				return nil
 			})
 		})
 		if err != nil || !gone {

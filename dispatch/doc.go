@@ -1,5 +1,6 @@
 // Package dispatch is sigwatch's only door to NATS. It turns decisions into
-// messages and hands events to the roles that consume them.
+// messages and hands events to the roles that consume them. Each event
+// knows its subject and its de-duplication id (Encode).
 //
 //   - config.go: the nats section (connection, credentials, TLS, stream
 //     shape), its defaults and rules, and Connect.
@@ -12,6 +13,10 @@
 //   - inflight.go: the room among the asynchronous publishes in flight,
 //     which a batch waits for instead of failing (shared with the
 //     registry's writes).
+//   - atomic.go: a shard's fenced events as one JetStream atomic batch on
+//     a replicated stream, message by message for what it cannot settle.
+//   - fast.go: a shard's fenced events as one JetStream fast batch on a
+//     single-server stream, message by message for what it did not store.
 //   - fence.go: shard fences in the stream (invariant 11): an owner's
 //     fence message, publishes the stream stores only under the latest
 //     fence, and the look-up of events an earlier owner stored. A
@@ -26,7 +31,10 @@
 //     changes written in the background (Later, Run), and the stream's
 //     losses a restore reads (Losses).
 //   - timers.go: the timer event, the work-queue stream of resets and its
-//     consumer, and the reset requests (ServeTimerResets).
+//     durable consumer, and the reset requests (ServeTimerResets), taken
+//     in batches.
+//   - batches.go: the consumer of timer resets (ConsumeTimerResets): pulled
+//     in batches, several at once, acknowledged once handled.
 //   - consume.go: a durable consumer of lost and recovered events shared by
 //     the replicas of a role (the alarm workers).
 package dispatch

@@ -217,11 +217,37 @@ type Message struct {
 	Body    []byte
 }
 
-// Encode builds the message for an event body on subject.
-func Encode(subject, id string, body any) (Message, error) {
-	b, err := json.Marshal(body)
+// Event is what sigwatch publishes: each event knows its subject and its
+// de-duplication id, so no caller restates them.
+type Event interface {
+	// subject is the event's subject under s.
+	subject(s Subjects) string
+	// msgID is the event's Nats-Msg-Id.
+	msgID() string
+}
+
+func (ev Lost) subject(s Subjects) string      { return s.Lost(ev.Type) }
+func (ev Recovered) subject(s Subjects) string { return s.Recovered(ev.Type) }
+func (ev Alarm) subject(s Subjects) string     { return s.Alarm(ev.Type) }
+func (ev Storm) subject(s Subjects) string     { return s.Storm() }
+func (ev System) subject(s Subjects) string    { return s.System() }
+func (ev Invalid) subject(s Subjects) string   { return s.Invalid() }
+func (ev Timer) subject(s Subjects) string     { return s.Timer(ev.Queue) }
+
+func (ev Lost) msgID() string      { return ev.ID }
+func (ev Recovered) msgID() string { return ev.ID }
+func (ev Alarm) msgID() string     { return ev.ID }
+func (ev Storm) msgID() string     { return ev.ID }
+func (ev System) msgID() string    { return ev.ID }
+func (ev Invalid) msgID() string   { return ev.ID }
+func (ev Timer) msgID() string     { return ev.ID }
+
+// Encode builds the message of ev on the subjects s (a Publisher's
+// Subjects): its subject, its id and its JSON body.
+func Encode(s Subjects, ev Event) (Message, error) {
+	b, err := json.Marshal(ev)
 	if err != nil {
 		return Message{}, err
 	}
-	return Message{Subject: subject, ID: id, Body: b}, nil
+	return Message{Subject: ev.subject(s), ID: ev.msgID(), Body: b}, nil
 }

@@ -8,14 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sigwatch/sigwatch/internal/backoff"
+	"golang.org/x/sync/errgroup"
 )
 
 // The device registry is the fleet's durable memory outside Redis
@@ -156,21 +155,15 @@ func (p *Publisher) OpenRegistry(ctx context.Context) (*Registry, error) {
 // must only change the record it is given. errs[i] is the outcome for ids[i].
 func (r *Registry) Update(ctx context.Context, ids []string, fn func(rec *DeviceRecord, exists bool) (keep, del bool)) []error {
 	errs := make([]error, len(ids))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	// The workers end when the ids run out; Update waits for them.
-	for range min(registryInFlight, len(ids)) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(ids) {
-					return
-				}
-				errs[i] = r.update(ctx, ids[i], fn)
-			}
+	var g errgroup.Group
+	g.SetLimit(registryInFlight)
+	for i, id := range ids {
+		g.Go(func() error {
+			errs[i] = r.update(ctx, id, fn)
+			return nil
 		})
 	}
-	wg.Wait()
+	_ = g.Wait() // the outcomes are in errs
 	return errs
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -176,10 +177,19 @@ func (r Request) Respond(body []byte) error { return r.msg.Respond(body) }
 // goes to one process.
 const timerRequestGroup = "sigwatch-timers"
 
-// ServeTimerResets hands the reset requests of every queue to in, each to
-// one process of those serving, until ctx is done. A request waits while in
-// is full; the requester's timeout bounds that.
-func (p *Publisher) ServeTimerResets(ctx context.Context, in chan<- Request) error {
+// ServeTimerResets hands the reset requests of every queue to handle in
+// batches (b), each request to one process of those serving, until ctx is
+// done. A request waits while the workers are busy; the requester's
+// timeout bounds that.
+func (p *Publisher) ServeTimerResets(ctx context.Context, b Batching, handle func(context.Context, []Request)) error {
+	in := make(chan Request, 4*b.Size)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	for range max(1, b.Workers) {
+		wg.Go(func() { batches(wctx, in, b.Size, handle) })
+	}
 	sub, err := p.nc.QueueSubscribe(p.subjects.AllTimerReset(), timerRequestGroup, func(m *nats.Msg) {
 		select {
 		case in <- Request{Subject: m.Subject, Data: m.Data, msg: m}:

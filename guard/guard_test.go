@@ -114,19 +114,12 @@ func TestRestoreFromRegistryAndStream(t *testing.T) {
 	// The stream has a loss the registry has not caught up with, and a
 	// loss followed by its recovery.
 	var msgs []dispatch.Message
-	for _, ev := range []any{
+	for _, ev := range []dispatch.Event{
 		dispatch.Lost{ID: "lost-in-stream@2000", Device: "lost-in-stream", Deadline: 2000, FiredAt: 2001},
 		dispatch.Lost{ID: "came-back@3000", Device: "came-back", Deadline: 3000, FiredAt: 3001},
 		dispatch.Recovered{ID: "came-back@3000/recovered", Device: "came-back", LostAt: 3000, RecoveredAt: 3500},
 	} {
-		var m dispatch.Message
-		var err error
-		switch e := ev.(type) {
-		case dispatch.Lost:
-			m, err = dispatch.Encode(r.pub.Subjects().Lost(""), e.ID, e)
-		case dispatch.Recovered:
-			m, err = dispatch.Encode(r.pub.Subjects().Recovered(""), e.ID, e)
-		}
+		m, err := dispatch.Encode(r.pub.Subjects(), ev)
 		if err != nil {
 			t.Fatal(err)
 		}

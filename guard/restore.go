@@ -278,7 +278,7 @@ func (g *Guard) recoveredInOutage(ctx context.Context, recs []dispatch.DeviceRec
 	}
 	ev := dispatch.Recovered{ID: dispatch.RecoveredID(e.ID, e.Deadline), Device: e.ID, Type: typ,
 		LostAt: e.Deadline, RecoveredAt: score - thr.Milliseconds()}
-	if msg, err := dispatch.Encode(g.o.Pub.Subjects().Recovered(typ), ev.ID, ev); err == nil {
+	if msg, err := dispatch.Encode(g.o.Pub.Subjects(), ev); err == nil {
 		if err := g.o.Pub.Publish(ctx, []dispatch.Message{msg})[0]; err != nil {
 			g.o.Log.Warn("recovered event not published", "device", e.ID, "err", err)
 		}
@@ -292,7 +292,7 @@ func (g *Guard) publish(ctx context.Context, kind, id string, details map[string
 		return
 	}
 	ev := dispatch.System{ID: id, Kind: kind, At: g.o.Now().UnixMilli(), Details: details}
-	msg, err := dispatch.Encode(g.o.Pub.Subjects().System(), ev.ID, ev)
+	msg, err := dispatch.Encode(g.o.Pub.Subjects(), ev)
 	if err == nil {
 		err = g.o.Pub.Publish(ctx, []dispatch.Message{msg})[0]
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sigwatch/sigwatch/internal/tlsconfig"
+	"github.com/sigwatch/sigwatch/shard"
 )
 
 // MQTTConfig is the mqtt section of sigwatch's configuration: where signals
@@ -76,7 +77,7 @@ func DefaultTimestampConfig() TimestampConfig {
 func DefaultConfig() Config {
 	return Config{Batch: 256, FlushInterval: time.Millisecond, MaxInFlight: 8192,
 		ProbeInterval: DefaultProbeInterval, IdleProbeInterval: DefaultIdleProbeInterval, OutageAfter: 3 * time.Second, ReconnectGrace: DefaultReconnectGrace,
-		MemberTimeout: 10 * time.Second, MaxIDLen: DefaultMaxIDLen}
+		MemberTimeout: 10 * time.Second, MaxIDLen: shard.DefaultMaxIDLen}
 }
 
 // DefaultReconnectGrace is the default ingest.reconnect_grace. Devices

@@ -122,7 +122,7 @@ func (d *deadLetters) forward(ctx context.Context, batch []refusal) {
 		msgs := make([]dispatch.Message, 0, len(batch))
 		for _, r := range batch {
 			ev := dispatch.NewInvalid(nuid.Next(), r.reason, r.topic, r.payload, r.at)
-			msg, err := dispatch.Encode(d.pub.Subjects().Invalid(), ev.ID, ev)
+			msg, err := dispatch.Encode(d.pub.Subjects(), ev)
 			if err != nil {
 				d.log.Error("encode invalid event", "err", err)
 				continue

@@ -36,7 +36,10 @@
 //
 //   - ingest.go: Ingest, New, Run (the wiring and the order of stopping), Signal.
 //   - signals.go: Signals, a batch from the API, stamped in order with barriers.
-//   - options.go: Options, their defaults and rules (QoS 0, 1 or 2).
+//   - config.go: the mqtt, timestamp and ingest sections of the
+//     configuration, their defaults and rules.
+//   - options.go: Options (embedding the ingest section), their defaults
+//     and rules (QoS 0, 1 or 2).
 //   - source.go: the source — run, onMessage, evidence and stamps, the
 //     hand-over of a leaving group member.
 //   - conn.go: the source's connection — paho's options, (re)subscribing
@@ -56,7 +59,7 @@
 //     watermark as outages, with the reconnect grace after a restart.
 //   - deadletter.go: the dead letters — refusal queue and forwarding.
 //   - publish.go: publishing events with retries (recovered, invalid).
-//   - parse.go: topic, id (CheckID) and timestamp rules, InvalidError.
-//   - limit.go: rate-limited logging.
+//   - parse.go: topic and timestamp rules, InvalidError; ids, types and
+//     groups obey the id rules of shard (shard.CheckID).
 //   - metrics.go: the metrics.
 package ingest

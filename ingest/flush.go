@@ -304,7 +304,7 @@ func (p *pipeline) recovered(ctx context.Context, evs []dispatch.Recovered) {
 	msgs := make([]dispatch.Message, 0, len(evs))
 	sent := make([]dispatch.Recovered, 0, len(evs))
 	for _, ev := range evs {
-		msg, err := dispatch.Encode(p.pub.Subjects().Recovered(ev.Type), ev.ID, ev)
+		msg, err := dispatch.Encode(p.pub.Subjects(), ev)
 		if err != nil {
 			p.log.Error("recovered event not published", "device", ev.Device, "id", ev.ID, "err", err)
 			continue

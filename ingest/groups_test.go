@@ -12,6 +12,7 @@ import (
 
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/testenv"
+	"github.com/sigwatch/sigwatch/shard"
 )
 
 func (r *rig) groups(t *testing.T, ids ...string) []string {
@@ -51,7 +52,7 @@ func TestGroupLevel(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run := r.start(t, Options{Topics: []string{"sites/+/+/+/signal"}, IDLevel: 3, TypeLevel: 2, GroupLevel: new(1), MaxIDLen: 16})
+	run := r.start(t, Options{Topics: []string{"sites/+/+/+/signal"}, IDLevel: 3, TypeLevel: 2, GroupLevel: new(1), Config: Config{MaxIDLen: 16}})
 	dev := device(t, r.env.Mosquitto.URL)
 
 	publish(t, dev, "sites/gw-1/pump/d1/signal", "")
@@ -144,7 +145,7 @@ func TestReservedIDPrefix(t *testing.T) {
 	if err := run.Signal(context.Background(), "$sigwatch-storm-fleet", "", time.Time{}); !errors.Is(err, ErrReservedID) {
 		t.Errorf("Signal($sigwatch-storm-fleet) = %v, want ErrReservedID", err)
 	}
-	if err := CheckID("$sigwatch-x", 0); !errors.Is(err, ErrReservedID) {
+	if err := shard.CheckID("$sigwatch-x", 0); !errors.Is(err, ErrReservedID) {
 		t.Errorf("CheckID($sigwatch-x) = %v, want ErrReservedID", err)
 	}
 }

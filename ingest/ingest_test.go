@@ -319,7 +319,7 @@ func TestInvalidInputIsRefusedAndLosesNothingElse(t *testing.T) {
 	run := r.start(t, Options{
 		Topics:        []string{"devices/+/signal", "short"},
 		TimestampMode: TimestampPayload,
-		MaxIDLen:      16,
+		Config:        Config{MaxIDLen: 16},
 	})
 	dev := device(t, r.env.Mosquitto.URL)
 	good := fmt.Sprintf(`{"ts":%d}`, time.Now().UnixMilli())
@@ -430,7 +430,7 @@ func TestControlCharactersAreRefused(t *testing.T) {
 // delivers the unacked messages to the next session.
 func TestAckAfterStore(t *testing.T) {
 	r := newRig(t, testenv.Options{Mosquitto: true, RedisPersist: true})
-	opts := Options{ClientID: "ingest-ack", MaxInFlight: 8}
+	opts := Options{ClientID: "ingest-ack", Config: Config{MaxInFlight: 8}}
 	run := r.start(t, opts)
 	dev := device(t, r.env.Mosquitto.URL)
 	publish(t, dev, "devices/warm/signal", "")
@@ -524,7 +524,7 @@ func TestRecovery(t *testing.T) {
 func TestWatermark(t *testing.T) {
 	r := newRig(t, testenv.Options{Mosquitto: true})
 	ctx := context.Background()
-	run := r.start(t, Options{ProbeInterval: 10 * time.Millisecond, OutageAfter: 500 * time.Millisecond})
+	run := r.start(t, Options{Config: Config{ProbeInterval: 10 * time.Millisecond, OutageAfter: 500 * time.Millisecond}})
 	watermark := func() (int64, []shard.Outage) {
 		wm, outs, err := r.store.Watermark(ctx)
 		if err != nil {

@@ -26,7 +26,7 @@ func TestBacklogDoesNotRecoverLaterLoss(t *testing.T) {
 	ctx := context.Background()
 	const thr = 30 * time.Second
 	const outage = 3 * time.Second
-	opts := Options{ClientID: "late-a", OutageAfter: outage}
+	opts := Options{ClientID: "late-a", Config: Config{OutageAfter: outage}}
 	first := r.start(t, opts)
 	dev := device(t, r.env.Mosquitto.URL)
 	for _, id := range []string{"x", "y"} {
@@ -56,7 +56,7 @@ func TestBacklogDoesNotRecoverLaterLoss(t *testing.T) {
 		}
 	}
 
-	next := r.start(t, Options{ClientID: "late-a", OutageAfter: outage, ProbeInterval: time.Hour})
+	next := r.start(t, Options{ClientID: "late-a", Config: Config{OutageAfter: outage, ProbeInterval: time.Hour}})
 	testenv.WaitFor(t, 10*time.Second, "the backlog handled", func() bool {
 		return testutil.ToFloat64(next.m.signals)+testutil.ToFloat64(next.m.stale) >= 3
 	})
@@ -83,7 +83,7 @@ func TestBacklogDoesNotRecoverLaterLoss(t *testing.T) {
 	next.stop(t)
 
 	// Probes back: x's next signal is newer than its loss.
-	last := r.start(t, Options{ClientID: "late-a", OutageAfter: outage})
+	last := r.start(t, Options{ClientID: "late-a", Config: Config{OutageAfter: outage}})
 	testenv.WaitFor(t, 5*time.Second, "a probe back", func() bool { return last.src.evidence.Load() > xLost })
 	publish(t, dev, "devices/x/signal", "")
 	if ev := recovered.Wait(t, 5*time.Second, "x's recovery", func(ev dispatch.Recovered) bool { return ev.Device == "x" }).Body; ev.LostAt != xLost {
@@ -117,7 +117,7 @@ func TestBacklogWithoutEvidenceRecoversNothing(t *testing.T) {
 	if err := r.store.MarkLost(ctx, "w", lost, lost); err != nil {
 		t.Fatal(err)
 	}
-	next := r.start(t, Options{ClientID: "late-b", ProbeInterval: time.Hour})
+	next := r.start(t, Options{ClientID: "late-b", Config: Config{ProbeInterval: time.Hour}})
 	testenv.WaitFor(t, 10*time.Second, "the backlog handled", func() bool {
 		return testutil.ToFloat64(next.m.signals)+testutil.ToFloat64(next.m.stale) >= 2
 	})

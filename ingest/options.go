@@ -53,17 +53,16 @@ type Options struct {
 
 	TimestampMode string        // "receive" (default) or "payload": JSON field "ts", unix ms or RFC 3339
 	MaxSkew       time.Duration // payload ts clamped into [now-MaxSkew, now]; default 1m
-	MaxIDLen      int           // default 256 bytes
 
-	BatchSize     int           // flush once a shard's batch holds this many signals, default 256
-	FlushInterval time.Duration // or once the oldest pending signal waited this long, default 1ms
-	MaxInFlight   int           // signals received but not yet stored and acked, default 8192
+	// Config is the ingest section: the write path (Batch: flush once a
+	// shard's batch holds this many signals; FlushInterval: or once the
+	// oldest pending signal waited this long; MaxInFlight: signals received
+	// but not yet stored and acked), MaxIDLen, and the watermark's
+	// probes, outages and members. IdleProbeInterval is kept between
+	// ProbeInterval and a quarter of OutageAfter. Zero fields select
+	// DefaultConfig's.
+	Config
 
-	ProbeInterval time.Duration // watermark probe period, default DefaultProbeInterval
-	// IdleProbeInterval is the probe period while no scanner waits for the
-	// watermark (see DefaultIdleProbeInterval); never below ProbeInterval
-	// nor above a quarter of OutageAfter.
-	IdleProbeInterval time.Duration
 	// ProbeTopic is where this member sends its watermark probes when they
 	// cannot ride the signals' subscriptions (see Options.probes): with a
 	// SharedGroup, a filter whose id level is not a '+', or filters that
@@ -78,14 +77,6 @@ type Options struct {
 	// messages unacked, it skips a subscription's next messages (and
 	// delivers them again only after ack_wait) while later ones pass.
 	OrderedBroker bool
-	OutageAfter   time.Duration // a watermark gap larger than this is an outage, default 3s
-	// ReconnectGrace is how long after the broker is back from a restart
-	// devices are given to reconnect: the outage a lost connection records
-	// runs on until then (see breaks). Default DefaultReconnectGrace.
-	ReconnectGrace time.Duration
-	// MemberTimeout is how long a member that stopped probing (it died)
-	// holds its shared group's watermark back, default 10s.
-	MemberTimeout time.Duration
 
 	Now func() time.Time // clock, default time.Now
 
@@ -180,7 +171,7 @@ func (o *Options) defaults() error {
 	o.TimestampMode = cmp.Or(o.TimestampMode, ts.Mode)
 	o.MaxSkew = cmp.Or(max(o.MaxSkew, 0), ts.MaxSkew)
 	o.MaxIDLen = cmp.Or(max(o.MaxIDLen, 0), c.MaxIDLen)
-	o.BatchSize = cmp.Or(max(o.BatchSize, 0), c.Batch)
+	o.Batch = cmp.Or(max(o.Batch, 0), c.Batch)
 	o.FlushInterval = cmp.Or(max(o.FlushInterval, 0), c.FlushInterval)
 	o.MaxInFlight = cmp.Or(max(o.MaxInFlight, 0), c.MaxInFlight)
 	o.ProbeInterval = cmp.Or(max(o.ProbeInterval, 0), c.ProbeInterval)
@@ -221,14 +212,10 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// ReservedIDPrefix starts the device ids sigwatch keeps for itself (its
-// probes, and the alarm's group and fleet storms): no device may use them.
-const ReservedIDPrefix = "$sigwatch-"
-
 // ProbeIDPrefix starts the device id of a probe that rides a signal
 // subscription (ProbeTopicUnder). Such ids are never devices: a member
 // ignores other members' probes.
-const ProbeIDPrefix = "$sigwatch-probe-"
+const ProbeIDPrefix = shard.ReservedIDPrefix + "probe-"
 
 // ProbeTopicUnder returns a probe topic that filter matches, with the id
 // level (idLevel, a '+' in filter) holding ProbeIDPrefix+clientID. A probe

@@ -7,35 +7,28 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/sigwatch/sigwatch/shard"
 )
 
-// DefaultMaxIDLen bounds a device id in bytes when no other limit is set.
-const DefaultMaxIDLen = 256
-
-// InvalidError is input ingest refuses. Reason is a short, stable token used
-// as the metric label and the reason of the dead-letter event.
-type InvalidError struct {
-	Reason string
-	msg    string
-}
-
-func (e *InvalidError) Error() string { return "ingest: " + e.msg }
+// InvalidError is input ingest refuses: one of the id rules' refusals
+// (shard) or one of its own below.
+type InvalidError = shard.InvalidError
 
 // The refusals. They are values so the hot path allocates nothing to refuse,
-// and callers test them with errors.Is.
+// and callers test them with errors.Is. The id, type and group refusals are
+// the id rules' own, from shard.
 var (
-	ErrNoIDLevel        = &InvalidError{"no_id_level", "topic has no device id level"}
-	ErrEmptyID          = &InvalidError{"empty_id", "device id is empty"}
-	ErrIDTooLong        = &InvalidError{"id_too_long", "device id is too long"}
-	ErrBadID            = &InvalidError{"bad_id", "device id has control characters or is not UTF-8"}
-	ErrReservedID       = &InvalidError{"reserved_id", "device ids starting with " + ReservedIDPrefix + " are sigwatch's own"}
-	ErrBadType          = &InvalidError{"bad_type", "device type has control characters, is not UTF-8 or is too long"}
-	ErrBadGroup         = &InvalidError{"bad_group", "device group has control characters, is not UTF-8 or is too long"}
-	ErrBadPayload       = &InvalidError{"bad_payload", "payload is not a JSON object"}
-	ErrMissingTimestamp = &InvalidError{"missing_timestamp", `payload has no "ts" field`}
-	ErrBadTimestamp     = &InvalidError{"bad_timestamp", `payload "ts" is neither unix ms nor RFC 3339`}
+	ErrNoIDLevel        = &InvalidError{Reason: "no_id_level", Msg: "topic has no device id level"}
+	ErrEmptyID          = shard.ErrEmptyID
+	ErrIDTooLong        = shard.ErrIDTooLong
+	ErrBadID            = shard.ErrBadID
+	ErrReservedID       = shard.ErrReservedID
+	ErrBadType          = shard.ErrBadType
+	ErrBadGroup         = shard.ErrBadGroup
+	ErrBadPayload       = &InvalidError{Reason: "bad_payload", Msg: "payload is not a JSON object"}
+	ErrMissingTimestamp = &InvalidError{Reason: "missing_timestamp", Msg: `payload has no "ts" field`}
+	ErrBadTimestamp     = &InvalidError{Reason: "bad_timestamp", Msg: `payload "ts" is neither unix ms nor RFC 3339`}
 )
 
 // reasons lists every InvalidError, so metrics can be created up front.
@@ -55,7 +48,7 @@ func reasonOf(err error) string {
 
 // ParseTopic extracts the device id at level idLevel (0-based, levels split
 // by '/') and, when typeLevel (groupLevel) >= 0 and the topic has that
-// level, the device type (group). The id must pass CheckID; the type and
+// level, the device type (group). The id must pass shard.CheckID; the type and
 // the group obey the same rules but may be empty. Characters that are
 // special in NATS subjects ('*', '>', '.', spaces) are valid: ids never
 // become subjects, and types and groups only sanitised.
@@ -64,9 +57,6 @@ func reasonOf(err error) string {
 func ParseTopic(topic string, idLevel, typeLevel, groupLevel int, maxIDLen int) (id, typ, group string, err error) {
 	if idLevel < 0 {
 		return "", "", "", ErrNoIDLevel
-	}
-	if maxIDLen <= 0 {
-		maxIDLen = DefaultMaxIDLen
 	}
 	last := max(idLevel, typeLevel, groupLevel)
 	haveID := false
@@ -90,79 +80,16 @@ func ParseTopic(topic string, idLevel, typeLevel, groupLevel int, maxIDLen int) 
 	if !haveID {
 		return "", "", "", ErrNoIDLevel
 	}
-	if err := CheckID(id, maxIDLen); err != nil {
+	if err := shard.CheckID(id, maxIDLen); err != nil {
 		return "", "", "", err
 	}
-	if err := checkType(typ, maxIDLen); err != nil {
+	if err := shard.CheckType(typ, maxIDLen); err != nil {
 		return "", "", "", err
 	}
-	if err := CheckGroup(group, maxIDLen); err != nil {
+	if err := shard.CheckGroup(group, maxIDLen); err != nil {
 		return "", "", "", err
 	}
 	return id, typ, group, nil
-}
-
-// CheckID is the one rule for device ids, wherever they come from (an MQTT
-// topic, Signal, the HTTP API): an id is non-empty, at most maxIDLen bytes
-// (DefaultMaxIDLen when maxIDLen <= 0), valid UTF-8 and free of control
-// characters (C0, DEL and C1). It returns ErrEmptyID, ErrIDTooLong or
-// ErrBadID, which callers test with errors.Is, and allocates nothing.
-func CheckID(id string, maxIDLen int) error {
-	if maxIDLen <= 0 {
-		maxIDLen = DefaultMaxIDLen
-	}
-	switch {
-	case id == "":
-		return ErrEmptyID
-	case len(id) > maxIDLen:
-		return ErrIDTooLong
-	case !printable(id):
-		return ErrBadID
-	case strings.HasPrefix(id, ReservedIDPrefix):
-		return ErrReservedID
-	}
-	return nil
-}
-
-// checkType applies the id rules to a device type, which may be empty.
-func checkType(typ string, maxIDLen int) error {
-	if maxIDLen <= 0 {
-		maxIDLen = DefaultMaxIDLen
-	}
-	if len(typ) > maxIDLen || !printable(typ) {
-		return ErrBadType
-	}
-	return nil
-}
-
-// CheckGroup applies the type rules to a device group, which may be empty
-// (none): ErrBadGroup.
-func CheckGroup(group string, maxIDLen int) error {
-	if checkType(group, maxIDLen) != nil {
-		return ErrBadGroup
-	}
-	return nil
-}
-
-// printable reports whether s is valid UTF-8 without control characters
-// (C0, DEL, C1).
-func printable(s string) bool {
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c < 0x20 || c == 0x7f {
-				return false
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 || unicode.IsControl(r) {
-			return false
-		}
-		i += size
-	}
-	return true
 }
 
 // ParseTimestamp reads the signal time from a JSON object payload: its "ts"

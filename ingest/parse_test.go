@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"errors"
+	"github.com/sigwatch/sigwatch/shard"
 	"strconv"
 	"strings"
 	"testing"
@@ -121,7 +122,7 @@ func FuzzParseTopic(f *testing.F) {
 		}
 		limit := maxIDLen
 		if limit <= 0 {
-			limit = DefaultMaxIDLen
+			limit = shard.DefaultMaxIDLen
 		}
 		if id == "" || len(id) > limit || !utf8.ValidString(id) || strings.ContainsRune(id, '/') {
 			t.Fatalf("accepted id %q (limit %d)", id, limit)

@@ -193,13 +193,13 @@ func (p *pipeline) run(ctx context.Context) {
 }
 
 // collect groups signals into batches, in the order they were received, and
-// hands each batch to the flushers when one of its shards holds BatchSize
+// hands each batch to the flushers when one of its shards holds Batch
 // signals, when its oldest signal has waited FlushInterval, or when a probe
 // barrier arrives. It returns, closing flushes, once work is closed.
 func (p *pipeline) collect(flushes chan<- *batch) {
 	defer close(flushes)
 	var (
-		b      = &batch{items: make([]signal, 0, p.opts.BatchSize)}
+		b      = &batch{items: make([]signal, 0, p.opts.Batch)}
 		counts []int // signals per shard in b
 		seq    uint64
 		timer  = time.NewTimer(time.Hour)
@@ -214,7 +214,7 @@ func (p *pipeline) collect(flushes chan<- *batch) {
 		seq++
 		b.seq = seq
 		flushes <- b
-		b = &batch{items: make([]signal, 0, p.opts.BatchSize)}
+		b = &batch{items: make([]signal, 0, p.opts.Batch)}
 		clear(counts)
 	}
 	for {
@@ -239,7 +239,7 @@ func (p *pipeline) collect(flushes chan<- *batch) {
 				counts = append(counts, make([]int, s.shard+1-len(counts))...)
 			}
 			counts[s.shard]++
-			if counts[s.shard] >= p.opts.BatchSize {
+			if counts[s.shard] >= p.opts.Batch {
 				cut()
 			}
 		case <-timer.C:

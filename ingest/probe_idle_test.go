@@ -15,7 +15,7 @@ import (
 func TestIdleProbesSlowUntilAsked(t *testing.T) {
 	r := newRig(t, testenv.Options{Mosquitto: true})
 	ctx := t.Context()
-	r.start(t, Options{ProbeInterval: 10 * time.Millisecond, IdleProbeInterval: 250 * time.Millisecond})
+	r.start(t, Options{Config: Config{ProbeInterval: 10 * time.Millisecond, IdleProbeInterval: 250 * time.Millisecond}})
 	// advances counts how often the watermark moved over d, read every 5ms.
 	advances := func(d time.Duration, during func()) int {
 		n, last := 0, int64(0)

@@ -230,7 +230,7 @@ func TestMemberJoinsBeforeConsuming(t *testing.T) {
 	r := newRig(t, testenv.Options{Mosquitto: true})
 	ctx := context.Background()
 	// Probes far apart: no barrier passes during the test.
-	slow := Options{SharedGroup: "g", ProbeInterval: time.Hour}
+	slow := Options{SharedGroup: "g", Config: Config{ProbeInterval: time.Hour}}
 
 	before := time.Now().UnixMilli()
 	o := slow

@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"github.com/sigwatch/sigwatch/shard"
 	"time"
 )
 
@@ -43,12 +44,12 @@ func (e *SignalError) Unwrap() error { return e.Err }
 // still stored (ZADD GT makes sending them again harmless).
 func (in *Ingest) Signals(ctx context.Context, sigs []Sig) error {
 	for j, s := range sigs {
-		err := CheckID(s.ID, in.opts.MaxIDLen)
+		err := shard.CheckID(s.ID, in.opts.MaxIDLen)
 		if err == nil {
-			err = checkType(s.Type, in.opts.MaxIDLen)
+			err = shard.CheckType(s.Type, in.opts.MaxIDLen)
 		}
 		if err == nil {
-			err = CheckGroup(s.Group, in.opts.MaxIDLen)
+			err = shard.CheckGroup(s.Group, in.opts.MaxIDLen)
 		}
 		if err != nil {
 			in.m.invalid[reasonOf(err)].Inc()

@@ -80,7 +80,7 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 			Shard:    i,
 			Group:    groups[j],
 		}
-		msg, err := dispatch.Encode(h.pub.Subjects().Lost(typ), ev.ID, ev)
+		msg, err := dispatch.Encode(h.pub.Subjects(), ev)
 		if err != nil {
 			return nil, nil, fmt.Errorf("scanner: encode lost event: %w", err)
 		}
@@ -257,7 +257,7 @@ func (h *lost) Revived(ctx context.Context, fired, revived shard.Entry) error {
 		RecoveredAt: revived.Deadline - h.thr.For(id, dev.Type).Milliseconds(),
 		Group:       dev.Group,
 	}
-	msg, err := dispatch.Encode(h.pub.Subjects().Recovered(dev.Type), ev.ID, ev)
+	msg, err := dispatch.Encode(h.pub.Subjects(), ev)
 	if err != nil {
 		return fmt.Errorf("scanner: encode recovered event: %w", err)
 	}

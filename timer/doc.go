@@ -12,8 +12,9 @@
 //   - fire.go: the family's queue.Handler (one event per due timer, under
 //     the shard's fence; fired marks for the crossing rule), the timers'
 //     watermark, and the carrying of moved timers while a doubling drains.
-//   - nats.go: the consumer of the work-queue stream of resets, which
-//     acknowledges a message once its resets are stored.
+//   - nats.go: the resets of the work-queue stream, stored a batch at a
+//     time on dispatch's consumer, which acknowledges a message once its
+//     resets are stored.
 //   - requests.go: resets as core NATS requests, answered once stored.
 //   - http.go: PUT/GET/DELETE /v1/timers/{queue}/{id}, POST /v1/timers/{queue}.
 //   - config.go, metrics.go: the timers section and sigwatch_timers_*.

@@ -61,7 +61,7 @@ func (h *fire) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 		}
 		ev := dispatch.Timer{ID: dispatch.TimerID(q, id, e.Deadline), Queue: q, Timer: id,
 			Deadline: e.Deadline, FiredAt: firedAt, Payload: payloads[j]}
-		msg, err := dispatch.Encode(s.pub.Subjects().Timer(q), ev.ID, ev)
+		msg, err := dispatch.Encode(s.pub.Subjects(), ev)
 		if err != nil {
 			return nil, nil, fmt.Errorf("timer: encode event: %w", err)
 		}

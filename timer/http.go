@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/sigwatch/sigwatch/ingest"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -134,7 +133,7 @@ func (s *Service) checkName(queue, id string) error {
 	if err := CheckQueue(queue); err != nil {
 		return err
 	}
-	if err := ingest.CheckID(id, s.opts.Limits.MaxIDLen); err != nil {
+	if err := shard.CheckID(id, s.opts.Limits.MaxIDLen); err != nil {
 		return fmt.Errorf("%w: id: %w", ErrBadTimer, err)
 	}
 	return nil

@@ -82,7 +82,7 @@ func TestTimersInterleavedWithDoublings(t *testing.T) {
 		t.Fatal(err)
 	}
 	// b only writes: its engine would not know the new shards either.
-	b, err := New(Options{Replica: "b", NATS: true}, h.store, staleTopo, h.pub, nil, nil)
+	b, err := New(Options{Replica: "b", Config: Config{NATS: true}}, h.store, staleTopo, h.pub, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sigwatch/sigwatch/ingest"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -60,7 +59,7 @@ type Request struct {
 // Limits bound what a reset may hold.
 type Limits struct {
 	MaxPayload int // bytes, default DefaultMaxPayload
-	MaxIDLen   int // bytes, default ingest.DefaultMaxIDLen
+	MaxIDLen   int // bytes, default shard.DefaultMaxIDLen
 	// MaxAfter bounds how far ahead a deadline may be, default 366 days.
 	MaxAfter time.Duration
 }
@@ -70,7 +69,7 @@ func (l Limits) withDefaults() Limits {
 		l.MaxPayload = DefaultMaxPayload
 	}
 	if l.MaxIDLen <= 0 {
-		l.MaxIDLen = ingest.DefaultMaxIDLen
+		l.MaxIDLen = shard.DefaultMaxIDLen
 	}
 	if l.MaxAfter <= 0 {
 		l.MaxAfter = 366 * 24 * time.Hour
@@ -85,7 +84,7 @@ func (l Limits) Reset(queue, id string, r Request, now time.Time) (shard.TimerRe
 	if err := CheckQueue(queue); err != nil {
 		return shard.TimerReset{}, err
 	}
-	if err := ingest.CheckID(id, l.MaxIDLen); err != nil {
+	if err := shard.CheckID(id, l.MaxIDLen); err != nil {
 		return shard.TimerReset{}, fmt.Errorf("%w: id: %w", ErrBadTimer, err)
 	}
 	var deadline int64

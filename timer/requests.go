@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/shard"
@@ -28,13 +27,7 @@ type Reply struct {
 // only once stored. Requests arriving together are stored as one batch, by
 // consumers workers at once. A request with one bad reset is refused whole.
 func (s *Service) serveRequests(ctx context.Context) error {
-	in := make(chan dispatch.Request, 4*s.opts.Fetch)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for range consumers {
-		wg.Go(func() { batches(ctx, in, s.opts.Fetch, s.answer) })
-	}
-	return s.pub.ServeTimerResets(ctx, in)
+	return s.pub.ServeTimerResets(ctx, s.batching(), s.answer)
 }
 
 // answer stores the resets of reqs as one batch and answers each request.

@@ -24,18 +24,14 @@ type Options struct {
 	// Fire runs the engine: this process fires due timers (the scanner
 	// role).
 	Fire bool
-	// NATS says resets also come over NATS (sigwatch.timers.set.<queue>,
-	// JetStream): firing then waits for the resets published before a
-	// deadline to be stored. Consume makes this process store them (the
-	// ingest role).
-	NATS    bool
+	// Config is the timers section. Its NATS says resets also come over
+	// NATS (sigwatch.timers.set.<queue>, JetStream): firing then waits for
+	// the resets published before a deadline to be stored. Zero Fetch and
+	// AckWait select DefaultConfig's.
+	Config
+	// Consume makes this process store the resets from NATS (the ingest
+	// role).
 	Consume bool
-	// Fetch is how many reset messages a consumer pulls at once, default
-	// 256.
-	Fetch int
-	// AckWait is how long a pulled reset may go unacknowledged before the
-	// stream hands it out again, default 30s.
-	AckWait time.Duration
 
 	LeaseTTL   time.Duration
 	Poll       time.Duration
@@ -83,8 +79,9 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Pu
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	opts.Fetch = cmp.Or(max(opts.Fetch, 0), 256)
-	opts.AckWait = cmp.Or(max(opts.AckWait, 0), 30*time.Second)
+	d := DefaultConfig()
+	opts.Fetch = cmp.Or(max(opts.Fetch, 0), d.Fetch)
+	opts.AckWait = cmp.Or(max(opts.AckWait, 0), d.AckWait)
 	opts.Limits = opts.Limits.withDefaults()
 	log = cmp.Or(log, slog.New(slog.DiscardHandler))
 	reg = cmp.Or(reg, prometheus.Registerer(prometheus.NewRegistry()))

@@ -52,7 +52,7 @@ func newHarness(t *testing.T, shards int) *harness {
 // service starts a timer service with test timings until the test ends.
 func (h *harness) service(replica string, mod func(*Options)) *Service {
 	h.t.Helper()
-	opts := Options{Replica: replica, Fire: true, NATS: true, Consume: true, LeaseTTL: time.Second,
+	opts := Options{Replica: replica, Fire: true, Config: Config{NATS: true}, Consume: true, LeaseTTL: time.Second,
 		Poll: 10 * time.Millisecond, Batch: 256}
 	if mod != nil {
 		mod(&opts)

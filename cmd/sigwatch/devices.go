@@ -78,7 +78,7 @@ func (a *App) putGroup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	group := *body.Group
-	if err := ingest.CheckGroup(group, a.cfg.Ingest.MaxIDLen); err != nil {
+	if err := shard.CheckGroup(group, a.cfg.Ingest.MaxIDLen); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}

@@ -105,7 +105,7 @@ func (a *App) readyz(w http.ResponseWriter, r *http.Request) {
 // validID refuses ids ingest would refuse, with the one check MQTT and
 // HTTP share, so the API cannot create devices MQTT never could.
 func (a *App) validID(id string) error {
-	err := ingest.CheckID(id, a.cfg.Ingest.MaxIDLen)
+	err := shard.CheckID(id, a.cfg.Ingest.MaxIDLen)
 	if errors.Is(err, ingest.ErrIDTooLong) {
 		return fmt.Errorf("%w: %d bytes, the limit is %d (ingest.max_id_len)", err, len(id), a.cfg.Ingest.MaxIDLen)
 	}

@@ -176,9 +176,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			TypeLevel: cfg.MQTT.TypeLevel, GroupLevel: new(cfg.MQTT.GroupLevel), SharedGroup: cfg.MQTT.SharedGroup, QoS: new(byte(cfg.MQTT.QoS)),
 			OrderedBroker: cfg.MQTT.OrderedBroker,
 			Thresholds:    a.thr, TimestampMode: cfg.Timestamp.Mode, MaxSkew: cfg.Timestamp.MaxSkew,
-			MaxIDLen: cfg.Ingest.MaxIDLen, BatchSize: cfg.Ingest.Batch, FlushInterval: cfg.Ingest.FlushInterval,
-			MaxInFlight: cfg.Ingest.MaxInFlight, ProbeInterval: cfg.Ingest.ProbeInterval, IdleProbeInterval: cfg.Ingest.IdleProbeInterval,
-			OutageAfter: cfg.Ingest.OutageAfter, ReconnectGrace: cfg.Ingest.ReconnectGrace, MemberTimeout: cfg.Ingest.MemberTimeout,
+			Config:   cfg.Ingest,
 			Now:      a.clock.Now,
 			Registry: a.registry,
 		}, a.store, a.topo, a.pub, a.reg, log.With("role", "ingest"))
@@ -335,10 +333,11 @@ func (a *App) startTimers() error {
 	if cfg.Timers.NATS && !js {
 		a.log.Warn("NATS core mode: timer resets over NATS are off (they need JetStream); the timer API works")
 	}
+	tc := cfg.Timers
+	tc.NATS = tc.NATS && js
 	var err error
 	a.timerSvc, err = timer.New(timer.Options{
-		Replica: replicaID(), Fire: cfg.hasRole("scanner"), NATS: cfg.Timers.NATS && js, Consume: cfg.hasRole("ingest"),
-		Fetch: cfg.Timers.Fetch, AckWait: cfg.Timers.AckWait,
+		Replica: replicaID(), Fire: cfg.hasRole("scanner"), Config: tc, Consume: cfg.hasRole("ingest"),
 		LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll, Batch: cfg.Scanner.Batch, Now: a.clock.Now,
 		Limits:    timer.Limits{MaxPayload: cfg.Timers.MaxPayload, MaxIDLen: cfg.Ingest.MaxIDLen},
 		FireStore: a.scanStore,

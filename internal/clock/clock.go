@@ -1,22 +1,3 @@
-// Package clock gives every sigwatch process the same time base: the
-// server time of Redis (DESIGN.md invariant 9).
-//
-// Deadlines are stamped by one host and compared with "now" by another:
-// an ingest member stamps a signal, a scanner on another host decides it is
-// due, another member's probe moves the watermark, an API host stamps a
-// posted signal or a mute. Hosts' clocks disagree; if each used its own, a
-// host running behind would stamp deadlines that another host fires early.
-// So no process decides with its own wall clock: a Clock reads the local
-// monotonic clock plus an offset to Redis server time, estimated from TIME
-// round trips (the sample with the smallest round trip wins; its error is
-// at most half that round trip) and refreshed periodically. Two processes
-// then disagree by their two estimates' errors plus the drift of their
-// monotonic clocks between refreshes, not by their hosts' skew.
-//
-// Until the first Sync, Now reads the local clock; a process syncs before
-// anything decides on it. From then on Now never goes backwards within a
-// process: when a refresh lowers the offset, Now holds still until the
-// local clock catches up.
 package clock
 
 import (
@@ -37,24 +18,35 @@ import (
 // Source reads the reference clock: Redis server time (shard.Store.Time).
 type Source func(ctx context.Context) (time.Time, error)
 
-// Options configure a Clock. Zero values select the defaults given.
-type Options struct {
-	// Every is the refresh period of the offset, default 30s.
+// Config is how the offset to the reference clock is measured.
+type Config struct {
+	// Every is the refresh period of the offset.
 	Every time.Duration
-	// Samples is the number of round trips one refresh takes, default 5.
+	// Samples is the number of round trips one refresh takes.
 	Samples int
 	// WarnOffset is the offset beyond which the host's clock is reported
-	// as wrong in the log, default 1s.
+	// as wrong in the log.
 	WarnOffset time.Duration
+}
+
+// DefaultConfig is the only copy of the clock's defaults.
+func DefaultConfig() Config {
+	return Config{Every: 30 * time.Second, Samples: 5, WarnOffset: time.Second}
+}
+
+// Options configure a Clock. Zero values of Config select DefaultConfig's.
+type Options struct {
+	Config
 	// Skew is added to the local clock. It exists only so that tests can
 	// run processes whose host clocks disagree; nothing else sets it.
 	Skew time.Duration
 }
 
 func (o *Options) defaults() {
-	o.Every = cmp.Or(max(o.Every, 0), 30*time.Second)
-	o.Samples = cmp.Or(max(o.Samples, 0), 5)
-	o.WarnOffset = cmp.Or(max(o.WarnOffset, 0), time.Second)
+	d := DefaultConfig()
+	o.Every = cmp.Or(max(o.Every, 0), d.Every)
+	o.Samples = cmp.Or(max(o.Samples, 0), d.Samples)
+	o.WarnOffset = cmp.Or(max(o.WarnOffset, 0), d.WarnOffset)
 }
 
 // Clock is the process's time base. It is safe for concurrent use.

@@ -158,7 +158,7 @@ func TestNowNeverGoesBack(t *testing.T) {
 func TestRunRefreshes(t *testing.T) {
 	var calls atomic.Int64
 	src := func(context.Context) (time.Time, error) { calls.Add(1); return time.Now(), nil }
-	c, err := clock.New(src, clock.Options{Every: 10 * time.Millisecond, Samples: 2}, nil, nil)
+	c, err := clock.New(src, clock.Options{Config: clock.Config{Every: 10 * time.Millisecond, Samples: 2}}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

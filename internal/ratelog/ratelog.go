@@ -1,6 +1,3 @@
-// Package ratelog is sigwatch's one rate limit on log lines: a line about
-// a key goes out at most once per period and says how many it held back,
-// so an outage of Redis, NATS or the broker does not flood the log.
 package ratelog
 
 import (

@@ -1,11 +1,3 @@
-// Package servers starts the real servers sigwatch talks to — redis-server, a Redis Cluster,
-// mosquitto and an embedded nats-server — on 127.0.0.1 random free ports, each in a directory the
-// caller owns. Tests (through internal/testenv), `sigwatch demo` and the bench harness use it, so
-// it does not import testing.
-//
-// Child processes are started so that they die with the process that started them where the
-// platform allows it (Linux: PR_SET_PDEATHSIG), so a crashed test leaves no server behind. Each
-// child writes its output to a log file in its directory (see the LogPath methods).
 package servers
 
 import (

@@ -1,19 +1,3 @@
-// Package testenv is sigwatch's one test kit.
-//
-// New gives a test, in one call, the real servers sigwatch runs against: a Redis always, and on
-// request a Mosquitto broker and an embedded NATS (with JetStream, and optionally its MQTT
-// listener). Each runs on 127.0.0.1 on a random port in the test's t.TempDir() and is stopped by
-// t.Cleanup. A missing server binary fails the test with how to install it; tests never skip
-// for it. Env.Store and Env.Conn give the clients a test builds on those servers.
-//
-// Beside the servers the kit holds the mechanics every package's tests share: polling with a
-// deadline instead of sleeping (WaitFor, Never), recorders of the events sigwatch publishes on
-// NATS (Record, RecordStream, StreamMsgIDs), goroutine-leak checks on go.uber.org/goleak
-// (VerifyNone), metric reads beside prometheus/testutil (Gathered, Scraped, Observations), and a
-// manual clock for time-driven tests (Clock).
-//
-// testenv imports only shard and internal packages, never a role package (ingest, scanner,
-// alarm), so that every package's tests can use it.
 package testenv
 
 import (

@@ -1,5 +1,3 @@
-// Package tlsconfig is the client TLS section every connection of sigwatch
-// shares (Redis, NATS, MQTT): one YAML shape, one way to build it.
 package tlsconfig
 
 import (

@@ -5,6 +5,8 @@
 //
 // What lives where:
 //
+//   - config.go: the scanner section of the configuration (lease time,
+//     poll, claim limit), its defaults and rules.
 //   - queue.go: Options, the Handler interface, Engine, New, Owned and Run
 //     (the coordinator).
 //   - lease.go: membership heartbeat, lease acquisition, renewal and

@@ -1,0 +1,23 @@
+// Package guard makes Redis losing data an outage, not amnesia (DESIGN.md
+// invariant 10). It notices a loss or a rollback — the generation record
+// missing or behind, a shard whose Redis process changed, a topology below
+// one already seen — holds the process not ready, and has one process
+// restore Redis from the durable registry: the topology no lower than any
+// seen, every known device watched again with a full threshold from the
+// end of the outage, lost devices still lost, alarms where they were.
+//
+// While a loss is open, shards refuse claims and first sightings (see
+// shard/generation.go): nothing fires from, and no device is first seen
+// in, data that may have been rolled back.
+//
+// One file per concept:
+//
+//   - guard.go: Options, New, Ready; Establish and Run: the generation
+//     check that detects a loss, and the incident that handles one.
+//   - meta.go: the registry's installation record (generation,
+//     topologies) and the backfill of an installation from before it.
+//   - checkpoint.go: the periodic copy of the lost marks into the
+//     registry, and whether Redis holds whole data.
+//   - restore.go: the restore of Redis from the durable registry.
+//   - metrics.go: the guard's metrics.
+package guard

@@ -1,0 +1,34 @@
+// Package testenv is sigwatch's one test kit.
+//
+// New gives a test, in one call, the real servers sigwatch runs against: a Redis always, and on
+// request a Mosquitto broker and an embedded NATS (with JetStream, and optionally its MQTT
+// listener). Each runs on 127.0.0.1 on a random port in the test's t.TempDir() and is stopped by
+// t.Cleanup. A missing server binary fails the test with how to install it; tests never skip
+// for it. Env.Store and Env.Conn give the clients a test builds on those servers.
+//
+// Beside the servers the kit holds the mechanics every package's tests share: polling with a
+// deadline instead of sleeping (WaitFor, Never), recorders of the events sigwatch publishes on
+// NATS (Record, RecordStream, StreamMsgIDs), goroutine-leak checks on go.uber.org/goleak
+// (VerifyNone), metric reads beside prometheus/testutil (Gathered, Scraped, Observations), and a
+// manual clock for time-driven tests (Clock).
+//
+// testenv imports only shard and internal packages, never a role package (ingest, scanner,
+// alarm), so that every package's tests can use it.
+//
+// Files:
+//
+//   - testenv.go: Options, Env and New: the servers of one test, and the
+//     clients on them.
+//   - cluster.go: a Redis Cluster or a NATS cluster for a test.
+//   - mqtt.go: an MQTT client on a test broker.
+//   - proxy.go: a TCP proxy that holds, releases or cuts a connection.
+//   - recorder.go: recorders of the events sigwatch publishes (Record,
+//     RecordStream, StreamMsgIDs).
+//   - stream.go: reading a stream's messages (StreamMessages, MaxInWindow).
+//   - wait.go: polling with a deadline (WaitFor, Never).
+//   - leak.go: goroutine-leak checks on goleak (VerifyNone).
+//   - metrics.go: metric reads (Gathered, Scraped, Observations, Series).
+//   - logbuf.go: LogBuffer, a log sink the code under test may write to
+//     from many goroutines.
+//   - clock.go: a manual clock (Clock).
+package testenv
