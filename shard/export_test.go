@@ -4,8 +4,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-
-	"github.com/redis/rueidis"
 )
 
 // This file gives the tests of package shard_test what only tests need.
@@ -32,22 +30,6 @@ func (s *Store) ExpireLease(ctx context.Context, i int) error {
 
 // ListTrips returns the round trips listings made so far in this process.
 func ListTrips() int64 { return listTrips.Load() }
-
-// DropOpenIndex deletes the open-alarm index and its marker, as on an
-// installation from before the index, leaving a stray entry for stray.
-func (s *Store) DropOpenIndex(ctx context.Context, stray string) error {
-	cmds := []rueidis.Completed{s.c.B().Del().Key(s.k.OpenIndexBuilt()).Build()}
-	for p := range registryParts {
-		cmds = append(cmds, s.c.B().Del().Key(s.k.partKeyAt(p, openName)).Build())
-	}
-	cmds = append(cmds, s.c.B().Hset().Key(s.k.open(stray)).FieldValue().FieldValue(stray, "stray").Build())
-	for _, r := range s.c.DoMulti(ctx, cmds...) {
-		if err := r.Error(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // Calls returns how many times Redis ran cmd (as INFO commandstats counts
 // it, the calls from scripts included); for a single Redis.

@@ -84,7 +84,7 @@ type GenRecord struct {
 // KEYS[1]: generation record
 // ARGV[1]: now, unix ms
 // Returns: {id, seq, previous at} or nil when there is no record.
-var beatScript = newScript(`
+var beatScript = NewScript(`
 local id = redis.call('HGET', KEYS[1], 'id')
 if not id then return false end
 local at = redis.call('HGET', KEYS[1], 'at') or '0'
@@ -96,7 +96,7 @@ return {id, seq, at}`)
 // as it was found (Seq is the new sequence, At the previous beat's time);
 // ok is false when Redis holds no record.
 func (s *Store) Beat(ctx context.Context, now int64) (r GenRecord, ok bool, err error) {
-	v, err := beatScript.exec(ctx, s.c, []string{s.k.Generation()}, []string{strconv.FormatInt(now, 10)}).Tuple(3)
+	v, err := beatScript.exec(ctx, s.c, []string{s.k.Generation()}, []string{strconv.FormatInt(now, 10)}).tuple(3)
 	if rueidis.IsRedisNil(err) {
 		return GenRecord{}, false, nil
 	}
@@ -115,7 +115,7 @@ func (s *Store) Beat(ctx context.Context, now int64) (r GenRecord, ok bool, err 
 // KEYS[1]: generation record
 // ARGV[1]: id; ARGV[2]: now, unix ms; ARGV[3]: "1" to overwrite
 // Returns: the id in force afterwards.
-var createGenerationScript = newScript(`
+var createGenerationScript = NewScript(`
 local id = redis.call('HGET', KEYS[1], 'id')
 if id and ARGV[3] ~= '1' then return id end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'seq', 1, 'at', ARGV[2])
@@ -151,7 +151,7 @@ func (s *Store) writeGeneration(ctx context.Context, id string, now int64, overw
 //
 // KEYS[1]: layout HASH of the shard
 // ARGV[1]: generation id
-var vetScript = newScript(`
+var vetScript = NewScript(`
 local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
 redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'run', run)
 return run`)
@@ -216,7 +216,7 @@ func (s *Store) lock(ctx context.Context, key, token string, ttl time.Duration) 
 //
 // KEYS[1]: lock; ARGV[1]: token; ARGV[2]: ttl ms
 // Returns: 1 if extended, 0 if the lock is not the caller's.
-var extendScript = newScript(`
+var extendScript = NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1`)
@@ -242,7 +242,7 @@ func (s *Store) UnlockRestore(ctx context.Context, token string) error {
 //
 // KEYS[1]: layout HASH of the shard; ARGV[1]: generation id
 // Returns: 1, or the error LOSTDATA.
-var vettedScript = newScript(`
+var vettedScript = NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'gen', 'run')
 local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
 if v[1] ~= ARGV[1] or v[2] ~= run then

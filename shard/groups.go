@@ -26,7 +26,7 @@ import (
 // ARGV[1]: device id; ARGV[2]: the group read ("" for none); ARGV[3]: the
 // new group ("" removes it)
 // Returns: 1 if written, 0 if the group had changed since.
-var setGroupScript = newScript(`
+var setGroupScript = NewScript(`
 if (redis.call('HGET', KEYS[1], ARGV[1]) or '') ~= ARGV[2] then return 0 end
 if ARGV[3] == '' then
   redis.call('HDEL', KEYS[1], ARGV[1])

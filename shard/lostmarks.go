@@ -17,7 +17,7 @@ import (
 // KEYS[j]: lost marks of device j's partition
 // ARGV[2j-1]: device j's id; ARGV[2j]: its new mark, "<deadline>:<at>"
 // Returns: for each device, the previous mark or nil.
-var swapLostScript = newScript(`
+var swapLostScript = NewScript(`
 local out = {}
 for j = 1, #KEYS do
   local id = ARGV[2*j-1]
@@ -47,7 +47,7 @@ func (s *Store) MarkLostSwapMulti(ctx context.Context, lost []Entry, at int64) (
 	prev := make([]PrevMark, len(lost))
 	errs := make([]error, len(lost))
 	for g, r := range swapLostScript.execMulti(ctx, s.c, execs...) {
-		vs, err := r.ToArray()
+		vs, err := r.messages()
 		if err == nil && len(vs) != len(groups[g]) {
 			err = errors.New("unexpected reply")
 		}
@@ -74,7 +74,7 @@ func (s *Store) MarkLostSwapMulti(ctx context.Context, lost []Entry, at int64) (
 // ARGV[3j-2]: device j's id; ARGV[3j-1]: the mark written,
 // "<deadline>:<at>"; ARGV[3j]: the mark it replaced, "" if none
 // Returns: for each device, 1 if its mark was undone, else 0.
-var unmarkLostScript = newScript(`
+var unmarkLostScript = NewScript(`
 local out = {}
 for j = 1, #KEYS do
   local id = ARGV[3*j-2]

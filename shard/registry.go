@@ -102,7 +102,7 @@ type Sighting struct {
 // ARGV[1]: device id; ARGV[2]: its type's code ("" if unknown)
 // Returns: {previous registry value or nil, previous lost mark or nil,
 // group or nil}.
-var seenScript = newScript(`
+var seenScript = NewScript(`
 local old = redis.call('HGET', KEYS[1], ARGV[1])
 local lost = redis.call('HGET', KEYS[2], ARGV[1])
 if lost then redis.call('HDEL', KEYS[2], ARGV[1]) end
@@ -138,7 +138,7 @@ func (s *Store) SeenMulti(ctx context.Context, ss []Sighting, now int64) []Sight
 	for j, r := range seenScript.execMulti(ctx, s.c, execs...) {
 		d := &ss[j]
 		d.Prev, d.Existed, d.Err = Device{}, false, nil
-		v, err := r.Tuple(3)
+		v, err := r.tuple(3)
 		if err == nil {
 			prev[j], prevCodes[j], d.Existed, err = device(v[0], v[1])
 		}
@@ -195,7 +195,7 @@ func (s *Store) MarkLostMulti(ctx context.Context, lost []Entry, at int64) []err
 // ARGV[1]: device id; ARGV[2]: deadline, unix ms
 // Returns: {registry value or nil, the mark cleared, group or nil} if a
 // mark was cleared, else nil.
-var clearLostScript = newScript(`
+var clearLostScript = NewScript(`
 local lost = redis.call('HGET', KEYS[1], ARGV[1])
 if not lost then return false end
 if tonumber(string.match(lost, '^%-?%d+')) ~= tonumber(ARGV[2]) then return false end
@@ -206,7 +206,7 @@ return {redis.call('HGET', KEYS[2], ARGV[1]) or false, lost, redis.call('HGET', 
 // returns the device as it was; ok is false if there was no such mark.
 func (s *Store) ClearLost(ctx context.Context, id string, deadline int64) (prev Device, ok bool, err error) {
 	v, err := clearLostScript.exec(ctx, s.c, []string{s.k.Lost(id), s.k.Registry(id), s.k.Group(id)},
-		[]string{id, strconv.FormatInt(deadline, 10)}).Tuple(3)
+		[]string{id, strconv.FormatInt(deadline, 10)}).tuple(3)
 	if rueidis.IsRedisNil(err) {
 		return Device{}, false, nil
 	}

@@ -50,7 +50,7 @@ end
 // ARGV[1]: process; ARGV[2]: "at:body"; ARGV[3]: cutoff, unix ms;
 // ARGV[4]: ttl, ms
 // Returns: the number of reports kept.
-var reportScript = newScript(pruneReports + `
+var reportScript = NewScript(pruneReports + `
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 local kept = prune(KEYS[1], tonumber(ARGV[3]))
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
@@ -80,7 +80,7 @@ func (s *Store) Unreport(ctx context.Context, process string) error {
 // KEYS[1]: reports HASH (process -> "at:body")
 // ARGV[1]: cutoff, unix ms
 // Returns: the reports kept, flat process, "at:body", ...
-var reportsScript = newScript(pruneReports + `
+var reportsScript = NewScript(pruneReports + `
 return prune(KEYS[1], tonumber(ARGV[1]))`)
 
 // Reports returns the reports no older than maxAge at now, by process, and

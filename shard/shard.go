@@ -147,6 +147,9 @@ func (s *Store) Sub(name string) *Store {
 // Alarm returns the store of the alarm's repeat timers: the same client
 // under the key layout Keys.Alarm, a queue with its own topology and
 // leases.
+// Keys returns the store's key layout: a role names its own keys with it.
+func (s *Store) Keys() Keys { return s.k }
+
 func (s *Store) Alarm() *Store {
 	return &Store{c: s.c, k: s.k.Alarm(), gen: s.gen, types: new(typeCodes)}
 }

@@ -20,7 +20,7 @@ import (
 // ARGV[3]: horizon, unix ms: a score at or before it may be claimed now
 // ARGV[4]: "1" to add the member when it is absent
 // Returns: the member's score after the call, or nil when it is absent.
-var armScript = newScript(wakeLua + `
+var armScript = NewScript(wakeLua + `
 local at = tonumber(ARGV[2])
 local cur = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not cur then
@@ -68,7 +68,7 @@ func (s *Store) Arm(ctx context.Context, f Family, i int, id string, at, horizon
 // KEYS[1]: timer ZSET of one shard; KEYS[2]: its wake key
 // ARGV: score, member pairs
 // Returns: 1.
-var setScript = newScript(wakeLua + `
+var setScript = NewScript(wakeLua + `
 local low
 for i = 1, #ARGV, 2 do
   local d = tonumber(ARGV[i])

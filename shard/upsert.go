@@ -75,7 +75,7 @@ end`
 // the error STALE when the writer's epoch is below the floor, or LOSTDATA
 // when the shard's generation is not the writer's: an id absent from data
 // Redis lost is not new, and is not added until the data is restored.
-var upsertScript = newScript(wakeLua + writerFence + `
+var upsertScript = NewScript(wakeLua + writerFence + `
 local chunk = 2000
 local changed = 0
 for lo = 3, #ARGV, chunk do

@@ -86,7 +86,7 @@ end
 // ARGV[1]: new watermark, unix ms; ARGV[2]: outage threshold, ms;
 // ARGV[3]: outages cap; ARGV[4]: the channel a rise is announced on
 // Returns: the watermark after the call.
-var watermarkScript = newScript(recordOutage + `
+var watermarkScript = NewScript(recordOutage + `
 local cur = redis.call('GET', KEYS[1])
 local new = tonumber(ARGV[1])
 if cur and new <= tonumber(cur) then return cur end
@@ -212,7 +212,7 @@ func (m Member) field() string { return m.Group + "|" + m.ID }
 // began (0: none); ARGV[10]: the channel a rise is announced on
 // Returns: {the global watermark after the call (false if none), outages
 // the cap dropped}.
-var memberScript = newScript(recordOutage + `
+var memberScript = NewScript(recordOutage + `
 local prev = redis.call('HGET', KEYS[1], ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 local now, timeout = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -282,7 +282,7 @@ func (s *Store) AdvanceMember(ctx context.Context, m Member, ms int64, now time.
 		[]string{m.field(), strconv.FormatInt(ms, 10), strconv.FormatInt(now.UnixMilli(), 10),
 			strconv.FormatInt(timeout.Milliseconds(), 10), strconv.FormatInt(o.Gap.Milliseconds(), 10),
 			strconv.FormatInt(o.Keep.Milliseconds(), 10), strconv.Itoa(OutagesCap),
-			strconv.FormatInt(o.Through, 10), strconv.FormatInt(o.GraceFrom, 10), s.k.WatermarkMoves()}).Tuple(2)
+			strconv.FormatInt(o.Through, 10), strconv.FormatInt(o.GraceFrom, 10), s.k.WatermarkMoves()}).tuple(2)
 	if err != nil {
 		return 0, 0, fmt.Errorf("shard: advance watermark of %s: %w", m.ID, err)
 	}
