@@ -210,7 +210,7 @@ func (d *Devices) Remove(ctx context.Context, id string) (removed bool, err erro
 	if err != nil {
 		return removed, err
 	}
-	return removed, d.store.Forget(ctx, id)
+	return removed, d.store.forget(ctx, id)
 }
 
 // SetThreshold sets id's threshold override (0 removes it). A watched

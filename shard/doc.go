@@ -18,7 +18,7 @@
 //	parts.go       scans of a HASH in every registry partition
 //	topology.go    the topology record and its Watcher
 //	doubling.go    Double, layouts and floors, the drain and its reports
-//	upsert.go      Upsert, UpsertAt: pushing deadlines forward; Admit
+//	upsert.go      Upsert: pushing deadlines forward; Admit
 //	               decides which absent ids may be added
 //	timers.go      Arm, Set, Score(s), Remove, Size, Head
 //	queues.go      the generic timers of named queues (family Timers):
@@ -30,7 +30,7 @@
 //	wake.go        the wake rule: a claim that found nothing due records
 //	               when its loop looks again, an earlier write wakes it
 //	               (Wakes delivers the notices)
-//	lease.go       leases (Acquire, Renew, Release, Owner) and scanner
+//	lease.go       leases (Acquire, RenewAll, Release, Owner) and scanner
 //	               membership (Heartbeat, Leave)
 //	watermark.go   the ingest watermark, its outages, ingest members
 //	registry.go    device types, sightings, lost marks

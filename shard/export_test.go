@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // This file gives the tests of package shard_test what only tests need.
@@ -60,4 +61,17 @@ func (w *Writer) OnMoveRead(f func()) { w.moveRead = f }
 // InGroup reports whether id is in the membership of group g.
 func (s *Store) InGroup(ctx context.Context, g, id string) (bool, error) {
 	return s.c.Do(ctx, s.c.B().Sismember().Key(s.k.GroupMembers(g)).Member(id).Build()).AsBool()
+}
+
+// Forget is forget, for the tests of package shard_test.
+func (s *Store) Forget(ctx context.Context, id string) error { return s.forget(ctx, id) }
+
+// Renew is renew, for the tests of package shard_test.
+func (s *Store) Renew(ctx context.Context, l Lease, ttl time.Duration) error {
+	return s.renew(ctx, l, ttl)
+}
+
+// UpsertAt is upsertAt, for the tests of package shard_test.
+func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map[int][]Entry, admit Admit) ([]string, []int, error) {
+	return s.upsertAt(ctx, f, epoch, byShard, admit)
 }

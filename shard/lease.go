@@ -64,8 +64,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0`)
 
-// Renew extends l. It returns ErrNotOwner if l was lost.
-func (s *Store) Renew(ctx context.Context, l Lease, ttl time.Duration) error {
+// renew extends l. It returns ErrNotOwner if l was lost.
+func (s *Store) renew(ctx context.Context, l Lease, ttl time.Duration) error {
 	return s.RenewAll(ctx, []Lease{l}, ttl)[0]
 }
 
