@@ -29,10 +29,11 @@ return out`)
 // PrevMark is the lost mark a MarkLostSwapMulti replaced (zero if none).
 type PrevMark struct{ Deadline, At int64 }
 
-// MarkLostSwapMulti is MarkLostMulti that also returns the marks it
-// replaced, in the same single round trip: a scanner learns which of its
-// deadlines an earlier owner already marked (and so may have published).
-// Each slot's devices are swapped by one script run (see bySlot).
+// MarkLostSwapMulti marks each device of lost lost at its deadline, as
+// MarkLost does, and returns the marks it replaced, in one round trip: a
+// scanner learns which of its deadlines an earlier owner already marked
+// (and so may have published). Each slot's devices are swapped by one
+// script run (see bySlot).
 func (s *Store) MarkLostSwapMulti(ctx context.Context, lost []Entry, at int64) ([]PrevMark, []error) {
 	groups := s.bySlot(lost)
 	execs := make([]rueidis.LuaExec, len(groups))

@@ -168,23 +168,11 @@ func (s *Store) SeenMulti(ctx context.Context, ss []Sighting, now int64) []Sight
 
 // MarkLost records that id was declared lost at deadline.
 func (s *Store) MarkLost(ctx context.Context, id string, deadline, at int64) error {
-	return s.MarkLostMulti(ctx, []Entry{{ID: id, Deadline: deadline}}, at)[0]
-}
-
-// MarkLostMulti records that each device of lost was declared lost at its
-// deadline, all in one round trip, and returns one error per entry.
-func (s *Store) MarkLostMulti(ctx context.Context, lost []Entry, at int64) []error {
-	cmds := make(rueidis.Commands, len(lost))
-	for j, e := range lost {
-		cmds[j] = s.c.B().Hset().Key(s.k.Lost(e.ID)).FieldValue().FieldValue(e.ID, lostMark(e.Deadline, at)).Build()
+	err := s.c.Do(ctx, s.c.B().Hset().Key(s.k.Lost(id)).FieldValue().FieldValue(id, lostMark(deadline, at)).Build()).Error()
+	if err != nil {
+		return fmt.Errorf("shard: mark device lost: %w", err)
 	}
-	errs := make([]error, len(lost))
-	for j, r := range s.c.DoMulti(ctx, cmds...) {
-		if err := r.Error(); err != nil {
-			errs[j] = fmt.Errorf("shard: mark device lost: %w", err)
-		}
-	}
-	return errs
+	return nil
 }
 
 // clearLostScript clears the lost mark of a device if it is still the one
@@ -320,11 +308,11 @@ func (s *Store) Types(ctx context.Context, ids []string) ([]string, error) {
 	return s.typeNames(ctx, codes)
 }
 
-// Forget removes id from the registry, its lost mark, its threshold
+// forget removes id from the registry, its lost mark, its threshold
 // override and its group. The group's membership goes first: a crash
 // before the group goes leaves it to the next Forget, not a member that
 // no registry entry names.
-func (s *Store) Forget(ctx context.Context, id string) error {
+func (s *Store) forget(ctx context.Context, id string) error {
 	b := s.c.B()
 	if err := s.leaveGroup(ctx, id); err != nil {
 		return fmt.Errorf("shard: forget device: %w", err)
