@@ -151,29 +151,35 @@ func parseOutage(r string) (Outage, bool) {
 	return Outage{Start: v[0], End: v[1], GraceFrom: v[2]}, true
 }
 
-// WatermarkHead returns the ingest watermark, the number of recorded
-// outages and the last of them: enough for a reader that keeps the outages
-// to tell whether they changed (the list only grows at its end and is
-// trimmed at its start) without reading them all again. An entry that does
-// not parse counts as absent, as Watermark skips it.
-func (s *Store) WatermarkHead(ctx context.Context) (wm, n int64, last Outage, err error) {
+// WatermarkTail returns the ingest watermark (0 if ingest never ran), the
+// number of recorded outages and the last k of them, oldest first, in one
+// round trip: the outage list can hold up to OutagesCap entries, and a
+// view of the fleet wants only the latest. With k 1 it is enough for a
+// reader that keeps the outages to tell whether they changed (the list only
+// grows at its end and is trimmed at its start) without reading them all
+// again. An entry that does not parse is left out, as Watermark skips it.
+func (s *Store) WatermarkTail(ctx context.Context, k int) (wm, n int64, last []Outage, err error) {
 	b := s.c.B()
 	rs := s.c.DoMulti(ctx,
 		b.Get().Key(s.k.Watermark()).Build(),
 		b.Llen().Key(s.k.Outages()).Build(),
-		b.Lindex().Key(s.k.Outages()).Index(-1).Build())
-	wm, err = rs[0].AsInt64()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		return 0, 0, Outage{}, fmt.Errorf("shard: read watermark: %w", err)
+		b.Lrange().Key(s.k.Outages()).Start(int64(-k)).Stop(-1).Build())
+	if wm, err = rs[0].AsInt64(); err != nil && !rueidis.IsRedisNil(err) {
+		return 0, 0, nil, fmt.Errorf("shard: read watermark: %w", err)
 	}
 	if n, err = rs[1].AsInt64(); err != nil {
-		return 0, 0, Outage{}, fmt.Errorf("shard: read outages: %w", err)
+		return 0, 0, nil, fmt.Errorf("shard: read outages: %w", err)
 	}
-	raw, err := rs[2].ToString()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		return 0, 0, Outage{}, fmt.Errorf("shard: read outages: %w", err)
+	raw, err := rs[2].AsStrSlice()
+	if err != nil {
+		return 0, 0, nil, fmt.Errorf("shard: read outages: %w", err)
 	}
-	last, _ = parseOutage(raw)
+	last = make([]Outage, 0, len(raw))
+	for _, r := range raw {
+		if o, ok := parseOutage(r); ok {
+			last = append(last, o)
+		}
+	}
 	return wm, n, last, nil
 }
 
