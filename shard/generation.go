@@ -187,21 +187,28 @@ func (s *Store) vetNew(ctx context.Context, n int) error {
 	return s.vet(ctx, n, 2*n, id)
 }
 
-// Restore lock: one process restores at a time.
+// Lock names one of the installation's locks.
+type Lock int
 
-// LockRestore takes the restore lock for ttl with token; ok is false when
-// another process holds it.
-func (s *Store) LockRestore(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	return s.lock(ctx, s.k.RestoreLock(), token, ttl)
+const (
+	// RestoreLock is held by the one process restoring Redis after a loss.
+	RestoreLock Lock = iota
+	// CheckpointLock is taken by the process that copies the lost marks
+	// into the durable registry, for one checkpoint interval.
+	CheckpointLock
+)
+
+func (s *Store) lockKey(l Lock) string {
+	if l == CheckpointLock {
+		return s.k.CheckpointLock()
+	}
+	return s.k.RestoreLock()
 }
 
-// LockCheckpoint takes the checkpoint lock for ttl; ok is false when
-// another process took it less than ttl ago.
-func (s *Store) LockCheckpoint(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	return s.lock(ctx, s.k.CheckpointLock(), token, ttl)
-}
-
-func (s *Store) lock(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+// TakeLock takes lock l for ttl with token; ok is false when another
+// process holds it (took it less than ttl ago).
+func (s *Store) TakeLock(ctx context.Context, l Lock, token string, ttl time.Duration) (bool, error) {
+	key := s.lockKey(l)
 	err := s.c.Do(ctx, s.c.B().Set().Key(key).Value(token).Nx().Px(ttl).Build()).Error()
 	if rueidis.IsRedisNil(err) {
 		return false, nil
@@ -221,20 +228,14 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1`)
 
-// ExtendRestore extends the restore lock held with token; ok is false when
-// it is no longer held.
-func (s *Store) ExtendRestore(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	n, err := extendScript.exec(ctx, s.c, []string{s.k.RestoreLock()}, []string{token, strconv.FormatInt(ttl.Milliseconds(), 10)}).AsInt64()
+// ExtendLock extends lock l held with token to ttl from now; ok is false
+// when it is no longer held. A ttl of a millisecond releases it.
+func (s *Store) ExtendLock(ctx context.Context, l Lock, token string, ttl time.Duration) (bool, error) {
+	n, err := extendScript.exec(ctx, s.c, []string{s.lockKey(l)}, []string{token, strconv.FormatInt(ttl.Milliseconds(), 10)}).AsInt64()
 	if err != nil {
-		return false, fmt.Errorf("shard: restore lock: %w", err)
+		return false, fmt.Errorf("shard: extend lock: %w", err)
 	}
 	return n == 1, nil
-}
-
-// UnlockRestore releases the restore lock if token still holds it.
-func (s *Store) UnlockRestore(ctx context.Context, token string) error {
-	_, err := s.ExtendRestore(ctx, token, time.Millisecond)
-	return err
 }
 
 // vettedScript checks that a shard is vetted under a generation by the

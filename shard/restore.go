@@ -38,17 +38,6 @@ func (s *Store) RestoreTopology(ctx context.Context, t Topology) error {
 	return nil
 }
 
-// TopologyIfAny reads the topology in force; ok is false when Redis holds
-// none.
-func (s *Store) TopologyIfAny(ctx context.Context) (t Topology, ok bool, err error) {
-	m, err := s.hashAll(ctx, s.k.Topology(), "topology")
-	if err != nil || len(m) == 0 {
-		return Topology{}, false, err
-	}
-	t, err = s.Topology(ctx)
-	return t, err == nil, err
-}
-
 // outageScript records an outage in the outage list.
 //
 // KEYS[1]: outage list; ARGV[1]: start; ARGV[2]: end (unix ms); ARGV[3]: cap
