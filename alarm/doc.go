@@ -46,7 +46,7 @@
 //   - index.go: the open-alarm index, built once and kept by every
 //     transition; list.go: the open alarms, paged.
 //
-// Alarm's data lives in Redis under keys named by shard.Keys from the
-// table of leaves (shard/keys.go), and is reached only through shard's kit
-// (shard.Script, Exec, Do).
+// Alarm's data lives in Redis under keys named by shard.Keys from shard's
+// table of leaves, and is reached only through shard's kit (shard.Script,
+// Exec, Do).
 package alarm

@@ -80,7 +80,7 @@ func listed(id string, st State, mutes []Mute, now int64) (Listed, bool) {
 
 // List returns one page of open alarms and the cursor of the next page (""
 // on the last). It pages over the open-alarm index, never over the idle
-// states; paging guarantees are shard's (see shard/list.go).
+// states; paging guarantees are shard's (see shard/pager.go).
 func (a *Alarms) List(ctx context.Context, q Query) ([]Listed, string, error) {
 	switch q.State {
 	case "", ListActive, ListAcked, ListFlapping, ListMuted, ListHeld:

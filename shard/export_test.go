@@ -75,3 +75,8 @@ func (s *Store) Renew(ctx context.Context, l Lease, ttl time.Duration) error {
 func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map[int][]Entry, admit Admit) ([]string, []int, error) {
 	return s.upsertAt(ctx, f, epoch, byShard, admit)
 }
+
+// Head is head, for the tests of package shard_test.
+func (s *Store) Head(ctx context.Context, f Family, i int) (Entry, bool, error) {
+	return s.head(ctx, f, i)
+}

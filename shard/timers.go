@@ -166,8 +166,8 @@ func (s *Store) Sizes(ctx context.Context, f Family, shards []int) ([]int64, []e
 	return n, errs
 }
 
-// Head returns the earliest entry of shard i, and false if the shard is empty.
-func (s *Store) Head(ctx context.Context, f Family, i int) (Entry, bool, error) {
+// head returns the earliest entry of shard i, and false if the shard is empty.
+func (s *Store) head(ctx context.Context, f Family, i int) (Entry, bool, error) {
 	v, err := s.c.Do(ctx, s.headCmd(f, i)).ToArray()
 	if err != nil {
 		return Entry{}, false, fmt.Errorf("shard: head of shard %d: %w", i, err)
