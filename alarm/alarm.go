@@ -119,7 +119,7 @@ type Alarms struct {
 }
 
 // New returns the alarms. store and topo are the deadline queue's; timers
-// and timerTopo the repeat timers' queue (Store.Alarm). pub must
+// and timerTopo the repeat timers' queue (Store.Sub("alarm")). pub must
 // publish to JetStream. reg may be nil.
 func New(opts Options, store *shard.Store, topo *shard.Watcher, timers *shard.Store, timerTopo *shard.Watcher,
 	pub *dispatch.Publisher, reg prometheus.Registerer, log *slog.Logger) (*Alarms, error) {

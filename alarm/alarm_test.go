@@ -72,7 +72,7 @@ func harnessWith(t *testing.T, clock *testenv.Clock) *harness {
 	env := testenv.New(t, testenv.Options{NATS: true})
 	ctx := context.Background()
 	h := &harness{t: t, ctx: ctx, store: env.Store(t, "sw"), clock: clock}
-	h.timers = h.store.Alarm()
+	h.timers = h.store.Sub("alarm")
 	h.log = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var err error
 	if h.topo, err = shard.NewWatcher(ctx, h.store, 4, 100*time.Millisecond, nil); err != nil {

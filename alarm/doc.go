@@ -29,15 +29,24 @@
 //   - alarm.go: Options, New, Run, and the API's view of an alarm.
 //   - config.go: the alarm section of the configuration (policy, ack wait).
 //   - state.go: the state machine (raised → repeat … → resolved, flapping)
-//     and the Policy; pure functions of the state and the time.
+//     and the Policy; pure functions of the state and the time. wake.go:
+//     what a timer's wake does to a state.
 //   - consume.go: the handler of lost and recovered events (the consumer
 //     itself is dispatch's).
 //   - repeat.go: the repeat timers' handler of the shard/queue engine.
-//   - store.go, notify.go: compare-and-set transitions and their
-//     notifications; mute.go: acks and mutes; metrics.go: gauges and counts.
-//   - storm.go: group and fleet storms, decided by compare-and-set per
-//     scope, their scope alarm, and the storm hold of new device alarms.
+//   - store.go, notify.go: the states in Redis, the one compare-and-set
+//     script, transitions and their notifications; mute.go: acks and mutes
+//     and their HASH; metrics.go: gauges and counts.
+//   - storm.go: group and fleet storms, their state and config, the storm
+//     hold of new device alarms, the API's view; stormrun.go: counting
+//     losses and recoveries into transitions, carried out with the scope
+//     alarm; stormstore.go: the scopes' lost sets, states and index.
 //   - rate.go: alarm.rate and alarm.rate_total, send slots reserved in
-//     Redis before a notification is published.
-//   - list.go: the open alarms, paged.
+//     Redis (one script) before a notification is published.
+//   - index.go: the open-alarm index, built once and kept by every
+//     transition; list.go: the open alarms, paged.
+//
+// Alarm's data lives in Redis under keys named by shard.Keys from shard's
+// table of leaves, and is reached only through shard's kit (shard.Script,
+// Exec, Do).
 package alarm

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
-	"time"
 
 	"github.com/sigwatch/sigwatch/shard"
 )
@@ -51,44 +49,6 @@ type Query struct {
 // ErrBadQuery is returned for a listing query out of range.
 var ErrBadQuery = errors.New("alarm: bad listing query")
 
-// isOpen says whether a stored state belongs in the open index.
-func isOpen(raw string) bool {
-	var st struct {
-		Phase Phase `json:"phase"`
-	}
-	return json.Unmarshal([]byte(raw), &st) == nil && st.Phase != Idle
-}
-
-// indexMu serialises this process's builds of the open index.
-var indexMu sync.Mutex
-
-// rebuildEvery is how often the replica that counts the open alarms builds
-// the open index again from every state: it heals what a writer that does
-// not keep the index (a replica of an older version, during a rolling
-// upgrade) left out, at a small fraction of what counting from every state
-// cost.
-const rebuildEvery = time.Hour
-
-// ensureIndex builds the open-alarm index if this Redis has none yet (an
-// installation from before it, or a Redis that lost its meta keys) or, with
-// stale set, if it was built longer than rebuildEvery ago.
-func (a *Alarms) ensureIndex(ctx context.Context, stale bool) error {
-	due := func() (bool, error) {
-		at, built, err := a.store.OpenIndexBuilt(ctx)
-		return err == nil && (!built || stale && a.opts.Now().Sub(time.UnixMilli(at)) > rebuildEvery), err
-	}
-	if ok, err := due(); err != nil || !ok {
-		return err
-	}
-	indexMu.Lock()
-	defer indexMu.Unlock()
-	if ok, err := due(); err != nil || !ok {
-		return err
-	}
-	a.log.Info("building the index of open alarms from every alarm state")
-	return a.store.BuildOpenIndex(ctx, isOpen, a.opts.Now())
-}
-
 // listed is the row of an open state, and whether it is open at all.
 func listed(id string, st State, mutes []Mute, now int64) (Listed, bool) {
 	l := Listed{Device: id, Type: st.Type, Since: st.Since, Count: st.Count, Group: st.Group}
@@ -120,7 +80,7 @@ func listed(id string, st State, mutes []Mute, now int64) (Listed, bool) {
 
 // List returns one page of open alarms and the cursor of the next page (""
 // on the last). It pages over the open-alarm index, never over the idle
-// states; paging guarantees are shard's (see shard/list.go).
+// states; paging guarantees are shard's (see shard/pager.go).
 func (a *Alarms) List(ctx context.Context, q Query) ([]Listed, string, error) {
 	switch q.State {
 	case "", ListActive, ListAcked, ListFlapping, ListMuted, ListHeld:
@@ -147,14 +107,14 @@ func (a *Alarms) List(ctx context.Context, q Query) ([]Listed, string, error) {
 		}
 		return l, true
 	}
-	entries, next, err := a.store.ListOpen(ctx, shard.OpenQuery{Cursor: q.Cursor, Limit: q.Limit,
+	entries, next, err := a.store.ListParts(ctx, shard.PartQuery{Leaf: openLeaf, Cursor: q.Cursor, Limit: q.Limit,
 		Keep: func(id, raw string) bool { _, ok := row(id, raw); return ok }})
 	if err != nil {
 		return nil, "", err
 	}
 	out := make([]Listed, 0, len(entries))
 	for _, e := range entries {
-		l, _ := row(e.ID, e.State)
+		l, _ := row(e.Field, e.Value)
 		out = append(out, l)
 	}
 	return out, next, nil

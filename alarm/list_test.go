@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sigwatch/sigwatch/shard"
 )
 
 // openIndexMatches checks that the open-alarm index holds exactly the
@@ -13,14 +15,14 @@ import (
 func openIndexMatches(t *testing.T, h *harness, when string) {
 	t.Helper()
 	want, got := map[string]string{}, map[string]string{}
-	if err := h.store.ScanStates(h.ctx, func(id, v string) {
+	if err := h.store.ScanParts(h.ctx, statesLeaf, 0, shard.Parts, func(id, v string) {
 		if isOpen(v) {
 			want[id] = v
 		}
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.store.OpenStates(h.ctx, func(id, v string) { got[id] = v }); err != nil {
+	if err := (&Alarms{store: h.store}).openStates(h.ctx, func(id, v string) { got[id] = v }); err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {

@@ -123,7 +123,7 @@ func (a *Alarms) count(ctx context.Context) (counts, error) {
 		return counts{}, fmt.Errorf("alarm: count alarms: %w", err)
 	}
 	var out counts
-	err := a.store.OpenStates(ctx, func(_, v string) {
+	err := a.openStates(ctx, func(_, v string) {
 		var st struct {
 			Phase      Phase `json:"phase"`
 			AckedUntil int64 `json:"acked_until"`

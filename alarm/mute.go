@@ -60,7 +60,7 @@ func (a *Alarms) AddMute(ctx context.Context, m Mute) (Mute, error) {
 	if err != nil {
 		return Mute{}, fmt.Errorf("alarm: encode mute: %w", err)
 	}
-	if err := a.store.SetMute(ctx, m.ID, string(v)); err != nil {
+	if err := a.store.Do(ctx, "HSET", []string{a.mutesKey()}, m.ID, string(v)).Error(); err != nil {
 		return Mute{}, fmt.Errorf("alarm: store mute: %w", err)
 	}
 	return m, nil
@@ -85,7 +85,7 @@ func (a *Alarms) Mutes(ctx context.Context) ([]Mute, error) {
 	}
 	if len(ended) > 0 {
 		// Best effort: an ended mute left behind covers nothing.
-		_, _ = a.store.DeleteMutes(ctx, ended...)
+		_, _ = a.deleteMutes(ctx, ended...)
 	}
 	slices.SortFunc(out, func(x, y Mute) int {
 		return cmp.Or(cmp.Compare(x.Until, y.Until), strings.Compare(x.ID, y.ID))
@@ -95,15 +95,26 @@ func (a *Alarms) Mutes(ctx context.Context) ([]Mute, error) {
 
 // RemoveMute deletes a mute and reports whether it existed.
 func (a *Alarms) RemoveMute(ctx context.Context, id string) (bool, error) {
-	n, err := a.store.DeleteMutes(ctx, id)
+	n, err := a.deleteMutes(ctx, id)
 	if err != nil {
 		return false, fmt.Errorf("alarm: remove mute: %w", err)
 	}
 	return n == 1, nil
 }
 
+// mutesLeaf names the HASH of every mute (mute id -> JSON), in {meta}.
+const mutesLeaf = "mutes"
+
+func (a *Alarms) mutesKey() string { return a.store.Keys().Meta(mutesLeaf) }
+
+// deleteMutes deletes the mutes ids and returns how many existed.
+func (a *Alarms) deleteMutes(ctx context.Context, ids ...string) (int, error) {
+	n, err := a.store.Do(ctx, "HDEL", []string{a.mutesKey()}, ids...).AsInt64()
+	return int(n), err
+}
+
 func (a *Alarms) readMutes(ctx context.Context) ([]Mute, error) {
-	raw, err := a.store.Mutes(ctx)
+	raw, err := a.store.Do(ctx, "HGETALL", []string{a.mutesKey()}).AsStrMap()
 	if err != nil {
 		return nil, fmt.Errorf("alarm: read mutes: %w", err)
 	}

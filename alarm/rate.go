@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"time"
+
+	"github.com/sigwatch/sigwatch/shard"
 )
 
 // Rate limits protect what consumes the notifications. Options.Rate caps
 // the notifications of each type (as it appears in the subject) per
 // second and Options.RateTotal those of all types, across every replica:
-// the pace lives in Redis (shard.Store.ReserveSlots), where each note gets
+// the pace lives in Redis (reserveSlots), where each note gets
 // a send slot GCRA-style, one emission interval after the last of its type
 // and of all. A note is published at its slot or later, never dropped:
 // the device's timer wakes it at its slot. Slots are written into the
@@ -78,7 +81,7 @@ func (a *Alarms) slots(ctx context.Context, id string, st *State, now int64) ([]
 	if len(idx) == 0 {
 		return nil, nil
 	}
-	got, err := a.store.ReserveSlots(ctx, now, types, emission(a.opts.Rate), emission(a.opts.RateTotal))
+	got, err := a.reserveSlots(ctx, now, types, emission(a.opts.Rate), emission(a.opts.RateTotal))
 	if err != nil {
 		return nil, fmt.Errorf("alarm: pace notifications of %s: %w", id, err)
 	}
@@ -87,6 +90,83 @@ func (a *Alarms) slots(ctx context.Context, id string, st *State, now int64) ([]
 	for k, j := range idx {
 		st.Pending[j].Slot = got[k]
 		out[k] = st.Pending[j]
+	}
+	return out, nil
+}
+
+// The pace of each type is the STRING {rate}:type:<type> holding its
+// theoretical arrival time (TAT, unix ms) of the next notification; the
+// total pace is {rate}:total. Every rate key carries the hash tag {rate},
+// so one script reserves across them on a Redis Cluster.
+const (
+	rateTag       = "rate"
+	rateTotalLeaf = "total"
+	rateTypeLeaf  = "type:"
+)
+
+// reserveScript reserves send slots GCRA-style, one per notification in
+// order: a slot is the latest of now, its type's TAT and the total TAT, and
+// moves each TAT to the slot plus its emission interval. Slots of one type
+// are thus at least its interval apart (no burst beyond one), and slots of
+// all types the total interval apart. A TAT key expires a minute after its
+// time, when it no longer delays anything.
+//
+// KEYS[1]: total TAT; KEYS[2..n+1]: the type TAT of each notification
+// ARGV[1]: now, unix ms
+// ARGV[2]: emission interval per type, ms (0: no limit per type)
+// ARGV[3]: emission interval of all types, ms (0: no total limit)
+// Returns: the n slots, unix ms.
+var reserveScript = shard.NewScript(`
+local now, per, all = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local total = tonumber(redis.call('GET', KEYS[1]) or '0')
+local out = {}
+for j = 2, #KEYS do
+  local slot = now
+  if per > 0 then
+    local tat = tonumber(redis.call('GET', KEYS[j]) or '0')
+    if tat > slot then slot = tat end
+  end
+  if all > 0 and total > slot then slot = total end
+  if per > 0 then
+    redis.call('SET', KEYS[j], slot + per, 'PX', slot + per - now + 60000)
+  end
+  if all > 0 then total = slot + all end
+  out[#out + 1] = slot
+end
+if all > 0 then
+  redis.call('SET', KEYS[1], total, 'PX', total - now + 60000)
+end
+return out`)
+
+// reserveSlots reserves a send slot for each of len(types) notifications,
+// types[j] being the sanitised type of the j-th, at now (unix ms, on
+// sigwatch's one clock). per and all are the emission intervals of one type
+// and of all types (0: unlimited), whole milliseconds. Slots are returned
+// in the order of types.
+func (a *Alarms) reserveSlots(ctx context.Context, now int64, types []string, per, all time.Duration) ([]int64, error) {
+	if len(types) == 0 {
+		return nil, nil
+	}
+	k := a.store.Keys()
+	keys := make([]string, 0, len(types)+1)
+	keys = append(keys, k.Tagged(rateTag, rateTotalLeaf))
+	for _, t := range types {
+		keys = append(keys, k.Tagged(rateTag, rateTypeLeaf+t))
+	}
+	args := []string{strconv.FormatInt(now, 10), strconv.FormatInt(per.Milliseconds(), 10),
+		strconv.FormatInt(all.Milliseconds(), 10)}
+	v, err := a.store.Exec(ctx, reserveScript, keys, args).Array()
+	if err == nil && len(v) != len(types) {
+		err = fmt.Errorf("got %d slots for %d notifications", len(v), len(types))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("alarm: reserve send slots: %w", err)
+	}
+	out := make([]int64, len(v))
+	for j, x := range v {
+		if out[j], err = x.AsInt64(); err != nil {
+			return nil, fmt.Errorf("alarm: reserve send slots: %w", err)
+		}
 	}
 	return out, nil
 }

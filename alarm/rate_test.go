@@ -360,7 +360,7 @@ func TestRateSlotKeptAcrossCrash(t *testing.T) {
 		Last: Raised, At: now.UnixMilli(), Pending: []Note{{Slot: slot, Alarm: dispatch.Alarm{
 			ID: NoteID(id, since, Raised, 0), Device: id, Type: "meter", State: Raised, Since: since, At: now.UnixMilli()}}}}
 	b, _ := json.Marshal(st)
-	if ok, err := a.store.CompareAndSwapState(h.ctx, id, "", string(b), true); err != nil || !ok {
+	if ok, err := a.swapState(h.ctx, id, "", string(b), true); err != nil || !ok {
 		t.Fatalf("write the state left by the crash: %v %v", ok, err)
 	}
 	if err := a.arm(h.ctx, id, slot, now); err != nil {
@@ -387,7 +387,7 @@ func TestRateSlotKeptAcrossCrash(t *testing.T) {
 	}
 	// No slot was reserved for it: the type's pace starts at now.
 	at := time.Now().UnixMilli()
-	got, err := a.store.ReserveSlots(h.ctx, at, []string{"meter"}, 100*time.Millisecond, 0)
+	got, err := a.reserveSlots(h.ctx, at, []string{"meter"}, 100*time.Millisecond, 0)
 	if err != nil || got[0] != at {
 		t.Errorf("next slot of type meter = %v (%v), want now %d: the stored slot was reused, none reserved", got, err, at)
 	}

@@ -11,9 +11,20 @@ import (
 	"github.com/sigwatch/sigwatch/shard"
 )
 
+// Each device's alarm state is a JSON value in the HASH named statesLeaf
+// of its registry partition, beside its registry entry; the open ones are
+// also in the partition's open index (index.go). Every change is one
+// compare-and-set (swap).
+
+// statesLeaf and openLeaf name the partition HASHes of the states and of
+// the open index (id -> state).
+const (
+	statesLeaf = "alarm"
+	openLeaf   = "open"
+)
+
 // stored is a State and the exact value it was read from, which the
-// compare-and-set compares against. A State is stored as JSON in shard's
-// per-device state, beside the registry.
+// compare-and-set compares against.
 type stored struct {
 	State
 	raw string
@@ -21,7 +32,11 @@ type stored struct {
 
 // load reads id's alarm state; a device never alarmed has the zero State.
 func (a *Alarms) load(ctx context.Context, id string) (stored, error) {
-	v, err := a.store.State(ctx, id)
+	r := a.store.Do(ctx, "HGET", []string{a.store.Keys().InPart(id, statesLeaf)}, id)
+	if r.IsNil() {
+		return stored{}, nil
+	}
+	v, err := r.ToString()
 	if err != nil {
 		return stored{}, fmt.Errorf("alarm: read state of %s: %w", id, err)
 	}
@@ -35,6 +50,81 @@ func (a *Alarms) load(ctx context.Context, id string) (stored, error) {
 	return stored{State: st, raw: v}, nil
 }
 
+// swap is one compare-and-set: key (field of it, if a HASH) is to change
+// from old ("" for none) to next, and, with an index, the index entry of
+// field to follow (open: set to next, else removed).
+type swap struct {
+	key, field, old, next string
+	index                 string
+	open                  bool
+}
+
+// swapScript is every compare-and-set of the alarm's data: it replaces one
+// value only if it is still the value the caller read, and keeps the
+// value's index entry in step.
+//
+// KEYS[1]: the value: a STRING, or a HASH when ARGV[1] names a field
+// KEYS[2]: the index HASH (field -> value), if any
+// ARGV[1]: the field ("" for a STRING); ARGV[2]: the value read ("" for
+// none); ARGV[3]: the new value (the value read: only the index changes);
+// ARGV[4]: "1" to index the new value, else "0" to remove its entry
+// Returns: 1 if it now holds the new value, 0 if it changed meanwhile.
+var swapScript = shard.NewScript(`
+local hash = ARGV[1] ~= ''
+local cur
+if hash then cur = redis.call('HGET', KEYS[1], ARGV[1]) else cur = redis.call('GET', KEYS[1]) end
+cur = cur or ''
+if cur ~= ARGV[2] then return 0 end
+if ARGV[3] ~= cur then
+  if hash then redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) else redis.call('SET', KEYS[1], ARGV[3]) end
+end
+if KEYS[2] then
+  if ARGV[4] == '1' then
+    redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+  else
+    redis.call('HDEL', KEYS[2], ARGV[1])
+  end
+end
+return 1`)
+
+// swaps runs each compare-and-set of sws, in one round trip, and reports
+// which took. It is not retried: a transition that lost its race must read
+// the value again and decide anew.
+func (a *Alarms) swaps(ctx context.Context, sws ...swap) ([]bool, error) {
+	calls := make([]shard.Call, len(sws))
+	for j, sw := range sws {
+		flag := "0"
+		if sw.open {
+			flag = "1"
+		}
+		calls[j] = shard.Call{Keys: []string{sw.key}, Args: []string{sw.field, sw.old, sw.next, flag}}
+		if sw.index != "" {
+			calls[j].Keys = append(calls[j].Keys, sw.index)
+		}
+	}
+	out := make([]bool, len(sws))
+	for j, r := range a.store.ExecMulti(ctx, swapScript, calls...) {
+		n, err := r.AsInt64()
+		if err != nil {
+			return nil, err
+		}
+		out[j] = n == 1
+	}
+	return out, nil
+}
+
+// swapState replaces id's state with next if it is still old, keeping the
+// open index in step.
+func (a *Alarms) swapState(ctx context.Context, id, old, next string, open bool) (bool, error) {
+	k := a.store.Keys()
+	ok, err := a.swaps(ctx, swap{key: k.InPart(id, statesLeaf), field: id, old: old, next: next,
+		index: k.InPart(id, openLeaf), open: open})
+	if err != nil {
+		return false, fmt.Errorf("alarm: write state of %s: %w", id, err)
+	}
+	return ok[0], nil
+}
+
 // cas writes next over old and reports whether old was still current.
 func (a *Alarms) cas(ctx context.Context, id string, old stored, next State) (stored, bool, error) {
 	next.Version = old.Version + 1
@@ -42,9 +132,9 @@ func (a *Alarms) cas(ctx context.Context, id string, old stored, next State) (st
 	if err != nil {
 		return stored{}, false, fmt.Errorf("alarm: encode state of %s: %w", id, err)
 	}
-	ok, err := a.store.CompareAndSwapState(ctx, id, old.raw, string(b), next.Phase != Idle)
+	ok, err := a.swapState(ctx, id, old.raw, string(b), next.Phase != Idle)
 	if err != nil {
-		return stored{}, false, fmt.Errorf("alarm: write state of %s: %w", id, err)
+		return stored{}, false, err
 	}
 	if ok {
 		a.remember(ctx, id, next.Version, string(b))
@@ -94,9 +184,9 @@ func (a *Alarms) PutBack(ctx context.Context, id, raw string) error {
 		if old.raw != "" && old.Version >= st.Version {
 			return nil
 		}
-		ok, err := a.store.CompareAndSwapState(ctx, id, old.raw, raw, st.Phase != Idle)
+		ok, err := a.swapState(ctx, id, old.raw, raw, st.Phase != Idle)
 		if err != nil {
-			return fmt.Errorf("alarm: write state of %s: %w", id, err)
+			return err
 		}
 		if ok {
 			return a.restore(ctx, id, st.wake(a.opts.Now().UnixMilli(), pendingRetry))
@@ -105,20 +195,13 @@ func (a *Alarms) PutBack(ctx context.Context, id, raw string) error {
 	return errContended
 }
 
-// current returns id's current deadline: the later of its scores in its
-// shard and, while a doubling drains, its shard before (0: not watched).
+// current returns id's current deadline (0: not watched).
 func (a *Alarms) current(ctx context.Context, id string) (int64, error) {
-	var best int64
-	for _, i := range a.topo.Current().Locate(id) {
-		d, ok, err := a.store.Score(ctx, shard.Deadlines, i, id)
-		if err != nil {
-			return 0, fmt.Errorf("alarm: deadline of %s: %w", id, err)
-		}
-		if ok && d > best {
-			best = d
-		}
+	d, err := a.store.Deadline(ctx, a.topo.Current(), id)
+	if err != nil {
+		return 0, fmt.Errorf("alarm: deadline of %s: %w", id, err)
 	}
-	return best, nil
+	return d.At, nil
 }
 
 // armSkew is how far the clocks of two sigwatch processes may disagree: a

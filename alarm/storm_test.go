@@ -158,7 +158,7 @@ func TestLossCountedAfterItsRecoveryIsTakenBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sc := range scopesOf("gw") {
-		if n, err := h.store.StormLostSince(ctx, sc, 0); err != nil || n != 0 {
+		if n, err := a.lostSince(ctx, sc, 0); err != nil || n != 0 {
 			t.Errorf("scope %s counts %d lost devices (%v) after the device came back, want 0", sc, n, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/shard"
 )
 
 // DefaultCheckpoint is how often the lost marks are copied into the
@@ -22,7 +23,7 @@ func (g *Guard) checkpoint(ctx context.Context) error {
 	if g.o.Registry == nil {
 		return nil
 	}
-	if ok, err := g.o.Store.LockCheckpoint(ctx, newID(), g.o.Checkpoint); err != nil || !ok {
+	if ok, err := g.o.Store.TakeLock(ctx, shard.CheckpointLock, newID(), g.o.Checkpoint); err != nil || !ok {
 		return err
 	}
 	// Only marks read from whole data are copied: Redis answered as the

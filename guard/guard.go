@@ -139,8 +139,9 @@ func (g *Guard) Establish(ctx context.Context) error {
 // install creates the generation of a new installation (or of one from
 // before generations: its topology stays as it is).
 func (g *Guard) install(ctx context.Context, now int64) error {
-	_, upgrade, err := g.o.Store.TopologyIfAny(ctx)
-	if err != nil {
+	_, err := g.o.Store.Topology(ctx)
+	upgrade := err == nil
+	if err != nil && !errors.Is(err, shard.ErrNoTopology) {
 		return err
 	}
 	t, err := g.o.Store.InitTopology(ctx, g.o.Initial)
@@ -273,10 +274,10 @@ func (g *Guard) incident(ctx context.Context, why string, since int64) error {
 			break
 		}
 		if err == nil {
-			got, lerr := g.o.Store.LockRestore(ctx, token, restoreLockTTL)
+			got, lerr := g.o.Store.TakeLock(ctx, shard.RestoreLock, token, restoreLockTTL)
 			if lerr == nil && got {
 				err = g.restore(ctx, why, since, token)
-				_ = g.o.Store.UnlockRestore(context.WithoutCancel(ctx), token)
+				_, _ = g.o.Store.ExtendLock(context.WithoutCancel(ctx), shard.RestoreLock, token, time.Millisecond)
 				if err == nil {
 					break
 				}

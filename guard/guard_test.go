@@ -270,7 +270,7 @@ func TestNotReadyUntilRestored(t *testing.T) {
 	}
 	r.empty(t)
 	// Another process holds the restore lock: this one waits, not ready.
-	if ok, err := r.store.LockRestore(ctx, "someone-else", time.Hour); !ok || err != nil {
+	if ok, err := r.store.TakeLock(ctx, shard.RestoreLock, "someone-else", time.Hour); !ok || err != nil {
 		t.Fatalf("lock: %v %v", ok, err)
 	}
 	testenv.WaitFor(t, 10*time.Second, "not ready, saying why", func() bool {
@@ -280,7 +280,7 @@ func TestNotReadyUntilRestored(t *testing.T) {
 	if n := counterValue(t, r.metrics, "sigwatch_redis_data_loss_total"); n != 1 {
 		t.Errorf("sigwatch_redis_data_loss_total %v, want 1", n)
 	}
-	if err := r.store.UnlockRestore(ctx, "someone-else"); err != nil {
+	if _, err := r.store.ExtendLock(ctx, shard.RestoreLock, "someone-else", time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 10*time.Second, "ready again", func() bool { ok, _ := g.Ready(); return ok })

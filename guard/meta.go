@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/sigwatch/sigwatch/dispatch"
@@ -32,7 +33,10 @@ func (g *Guard) recordMeta(ctx context.Context, gen string) error {
 	}
 	var at shard.Topology
 	if g.o.Alarm != nil {
-		if at, _, err = g.o.Alarm.TopologyIfAny(ctx); err != nil {
+		if at, err = g.o.Alarm.Topology(ctx); errors.Is(err, shard.ErrNoTopology) {
+			at, err = shard.Topology{}, nil
+		}
+		if err != nil {
 			return err
 		}
 	}

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -42,7 +43,7 @@ func (g *Guard) restore(ctx context.Context, why string, since int64, token stri
 	g.publish(ctx, "redis_data_loss", "redis_data_loss@"+gen, map[string]any{"reason": why, "since": since})
 
 	keep := func() error {
-		ok, err := g.o.Store.ExtendRestore(ctx, token, restoreLockTTL)
+		ok, err := g.o.Store.ExtendLock(ctx, shard.RestoreLock, token, restoreLockTTL)
 		if err == nil && !ok {
 			err = fmt.Errorf("guard: restore lock lost")
 		}
@@ -174,8 +175,9 @@ func restoreTopology(ctx context.Context, s *shard.Store, seen shard.Topology, w
 	if w != nil {
 		cands = append(cands, w.Current())
 	}
-	cur, inRedis, err := s.TopologyIfAny(ctx)
-	if err != nil {
+	cur, err := s.Topology(ctx)
+	inRedis := err == nil
+	if err != nil && !errors.Is(err, shard.ErrNoTopology) {
 		return shard.Topology{}, err
 	}
 	if inRedis {

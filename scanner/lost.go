@@ -56,7 +56,7 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 	for j, e := range due {
 		ids[j] = e.ID
 	}
-	types, groups, err := h.store.TypesGroups(ctx, ids)
+	devs, err := h.store.Devices(ctx, ids)
 	if err != nil {
 		return nil, nil, fmt.Errorf("scanner: shard %d: %w", i, err)
 	}
@@ -64,7 +64,7 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 	msgs := make([]dispatch.Message, 0, len(due))
 	sent := make([]shard.Entry, 0, len(due))
 	for j, e := range due {
-		typ := types[j]
+		typ := devs[j].Type
 		thr := h.thr.For(e.ID, typ)
 		if to, ok := deferral(e.Deadline, thr, b.Outages); ok {
 			moves = append(moves, shard.Move{ID: e.ID, From: e.Deadline, To: to})
@@ -78,7 +78,7 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 			LastSeen: e.Deadline - thr.Milliseconds(),
 			FiredAt:  firedAt,
 			Shard:    i,
-			Group:    groups[j],
+			Group:    devs[j].Group,
 		}
 		msg, err := dispatch.Encode(h.pub.Subjects(), ev)
 		if err != nil {

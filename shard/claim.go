@@ -41,7 +41,7 @@ type Claimed struct {
 // or 0}, the error NOTOWNER when the caller no longer holds the lease, or
 // LOSTDATA when the shard is not vetted under the caller's generation by
 // the Redis process serving it now (see generation.go).
-var claimScript = newScript(`
+var claimScript = NewScript(`
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then
   return redis.error_reply('NOTOWNER lease lost')
 end
@@ -73,7 +73,7 @@ func (s *Store) Claim(ctx context.Context, f Family, i int, lease Lease, horizon
 	keep := time.Until(wakeBy) + wakeKeep
 	v, err := claimScript.exec(ctx, s.c, []string{s.k.Timers(f, i), s.k.Owner(i), s.k.Layout(i), s.k.Wake(f, i)},
 		[]string{lease.Value, strconv.FormatInt(horizon, 10), strconv.Itoa(limit), s.Generation(),
-			strconv.FormatInt(wakeBy.UnixMilli(), 10), strconv.FormatInt(keep.Milliseconds(), 10)}).Tuple(3)
+			strconv.FormatInt(wakeBy.UnixMilli(), 10), strconv.FormatInt(keep.Milliseconds(), 10)}).tuple(3)
 	if err != nil {
 		s.lossSeen(err)
 		return Claimed{}, fmt.Errorf("shard: claim shard %d: %w", i, err)
@@ -128,7 +128,7 @@ type Settled struct {
 // Returns: {removed count, moved count, revived (id, score, ...)} where revived
 // are fired members whose score changed after the claim (a reset landed),
 // or the error NOTOWNER when the caller no longer holds the lease.
-var settleScript = newScript(`
+var settleScript = NewScript(`
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then
   return redis.error_reply('NOTOWNER lease lost')
 end
@@ -185,7 +185,7 @@ func (s *Store) Settle(ctx context.Context, f Family, i int, lease Lease, fired 
 	if f == Timers {
 		keys = append(keys, s.k.TimerPayloads(i), s.k.TimersFiring(i))
 	}
-	v, err := settleScript.exec(ctx, s.c, keys, args).Tuple(3)
+	v, err := settleScript.exec(ctx, s.c, keys, args).tuple(3)
 	if err != nil {
 		return Settled{}, fmt.Errorf("shard: settle shard %d: %w", i, err)
 	}

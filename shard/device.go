@@ -52,32 +52,21 @@ func NewDevices(store *Store, topo *Watcher, thr *Thresholds, now func() time.Ti
 	return &Devices{store: store, topo: topo, thr: thr, now: now}
 }
 
-// Get reads the device id. Its deadline is the later of its scores in its
-// shard and, while a doubling drains, its shard before it.
+// Get reads the device id (its deadline as Store.Deadline reads it).
 func (d *Devices) Get(ctx context.Context, id string) (DeviceView, error) {
 	v := DeviceView{Device: id}
-	for j, i := range d.topo.Current().Locate(id) {
-		dl, ok, err := d.store.Score(ctx, Deadlines, i, id)
-		if err != nil {
-			return v, err
-		}
-		if j == 0 {
-			v.Shard = i
-		}
-		if ok && dl > v.Deadline {
-			v.Watched, v.Deadline, v.Shard = true, dl, i
-		}
+	dl, err := d.store.Deadline(ctx, d.topo.Current(), id)
+	if err != nil {
+		return v, err
 	}
+	v.Watched, v.Deadline, v.Shard = dl.Watched, dl.At, dl.Shard
 	ds, err := d.store.Devices(ctx, []string{id})
 	if err != nil {
 		return v, err
 	}
 	reg := ds[0]
 	v.Type, v.Group = reg.Type, reg.Group
-	// A mark counts only while the device is not watched at a later
-	// deadline: a scanner that marked and then died before publishing
-	// leaves a mark behind on a device that signalled since.
-	if reg.LostDeadline != 0 && (!v.Watched || v.Deadline <= reg.LostDeadline) {
+	if reg.LostDeadline != 0 && lostCounts(reg.LostDeadline, dl) {
 		v.Lost, v.LostDeadline, v.LostAt = true, reg.LostDeadline, reg.LostAt
 	}
 	v.ThresholdMS = d.thr.For(id, reg.Type).Milliseconds()
@@ -108,7 +97,7 @@ end
 // ARGV[1]: epoch of the caller's topology; ARGV[2]: its shard count
 // ARGV[3]: device id
 // Returns: 1 if the device was watched there, else 0, or the error STALE.
-var removeScript = newScript(fenceLua + `
+var removeScript = NewScript(fenceLua + `
 return redis.call('ZREM', KEYS[1], ARGV[3])`)
 
 // shiftScript moves a device's deadline in one shard by the change of its
@@ -131,7 +120,7 @@ return redis.call('ZREM', KEYS[1], ARGV[3])`)
 // ARGV[3]: device id; ARGV[4]: new threshold - old threshold, ms
 // ARGV[5]: horizon, unix ms; ARGV[6]: new threshold, ms
 // Returns: the deadline after the call, nil when absent, or the error STALE.
-var shiftScript = newScript(wakeLua + fenceLua + `
+var shiftScript = NewScript(wakeLua + fenceLua + `
 local cur = redis.call('ZSCORE', KEYS[1], ARGV[3])
 if not cur then return false end
 cur = tonumber(cur)
@@ -221,7 +210,7 @@ func (d *Devices) Remove(ctx context.Context, id string) (removed bool, err erro
 	if err != nil {
 		return removed, err
 	}
-	return removed, d.store.Forget(ctx, id)
+	return removed, d.store.forget(ctx, id)
 }
 
 // SetThreshold sets id's threshold override (0 removes it). A watched
@@ -292,7 +281,7 @@ const thresholdLockTTL = 5 * time.Second
 // KEYS[1]: the lock STRING
 // ARGV[1]: the caller's token
 // Returns: 1 if released, 0 if the lock had expired or moved on.
-var unlockScript = newScript(`
+var unlockScript = NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`)
 

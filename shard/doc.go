@@ -1,20 +1,26 @@
 // Package shard is sigwatch's only door to Redis: where timers live, how an
 // id is hashed to one of 2^n shards, the key layout, the topology and its
-// doubling, the leases that give each shard one scanner at a time, and
-// every Lua script. No client, key or script leaves the package; other
-// packages call methods of Store.
+// doubling, the leases that give each shard one scanner at a time, the
+// device registry several roles share, and the small kit (Script, Exec,
+// Do, Reply, Keys) with which a role keeps data that it alone reads and
+// writes, and its scripts, in its own package. No rueidis type leaves the
+// package.
 //
 // One file per concept:
 //
 //	shard.go       Of, Hash, counts, Assign, Entry, Family, Store
-//	keys.go        every key name (Keys), registry partitions (Part)
-//	script.go      the script type and the one mapper of script errors to
-//	               ErrNotOwner, ErrStaleTopology, ErrDraining, …
+//	config.go      the redis section of the configuration, the client
+//	keys.go        every key name (Keys), registry partitions (Part), the
+//	               table of leaf names with the package owning each
+//	script.go      the kit: Script, Exec, Do, Reply, and the one mapper of
+//	               script errors to ErrNotOwner, ErrStaleTopology, …
+//	hash.go        small records kept as the fields of one HASH
+//	parts.go       scans of a HASH in every registry partition
 //	topology.go    the topology record and its Watcher
 //	doubling.go    Double, layouts and floors, the drain and its reports
-//	upsert.go      Upsert, UpsertAt: pushing deadlines forward; Admit
+//	upsert.go      Upsert: pushing deadlines forward; Admit
 //	               decides which absent ids may be added
-//	timers.go      Arm, Set, Score(s), Remove, Size, Head
+//	timers.go      Arm, Set, Score(s), Remove, Size(s), a shard's head
 //	queues.go      the generic timers of named queues (family Timers):
 //	               the write fence, resets with payloads, Get, the payloads
 //	               of firing timers, fired marks for the crossing rule
@@ -24,20 +30,25 @@
 //	wake.go        the wake rule: a claim that found nothing due records
 //	               when its loop looks again, an earlier write wakes it
 //	               (Wakes delivers the notices)
-//	lease.go       leases (Acquire, Renew, Release, Owner) and scanner
+//	lease.go       leases (Acquire, RenewAll, Release, Owner) and scanner
 //	               membership (Heartbeat, Leave)
 //	watermark.go   the ingest watermark, its outages, ingest members
-//	registry.go    device types, sightings, lost marks (marked before
-//	               publishing, undone when not published)
+//	registry.go    device types, sightings, lost marks
+//	lostmarks.go   the lost marks of a scanner's batch: marked before
+//	               publishing, undone when not published
+//	deadline.go    the rules of a device's deadline (the latest of its
+//	               scores) and of a lost mark that counts
 //	groups.go      device groups and each group's membership
 //	thresholds.go  per-device threshold overrides and Thresholds
 //	device.go      one device in every shard that may hold it: Get, and
 //	               Remove and SetThreshold fenced by topology
-//	state.go       per-device state by compare-and-set (the alarm's), mutes
+//	pager.go       paging through SCAN cursors; ListParts
+//	list.go        the device listings (watched, lost)
 //	status.go      one batched status read of every shard
 //	reports.go     the processes' own reports, the fleet's watched and lost
 //	               counts, the latest outages
 //	writer.go      Writer: placing under a lagging topology, epoch reports
+//	ids.go         the id rules and the reserved $sigwatch- space
 //	time.go        Redis server time, the one clock
 //	generation.go  the generation record, vetted shards, ErrDataLoss, the
 //	               restore and checkpoint locks

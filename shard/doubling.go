@@ -36,7 +36,7 @@ import (
 // ARGV[3]: the largest shard count allowed
 // Returns: the new epoch, or the error CHANGED (the topology moved since
 // the caller read it), DRAINING (prev is not 0) or TOOMANY.
-var doubleScript = newScript(`
+var doubleScript = NewScript(`
 local t = redis.call('HMGET', KEYS[1], 'shards', 'prev', 'epoch')
 local n, prev, epoch = tonumber(t[1]), tonumber(t[2] or '0'), tonumber(t[3])
 if n == nil or epoch ~= tonumber(ARGV[1]) then
@@ -115,7 +115,7 @@ func (s *Store) drainingErr(ctx context.Context, t Topology) error {
 // ARGV[1]: the epoch the caller read; ARGV[2]: now, unix ms
 // Returns: 1 if the doubling ended, 0 if an old shard is not drained yet or
 // the topology moved on.
-var finishScript = newScript(`
+var finishScript = NewScript(`
 local t = redis.call('HMGET', KEYS[1], 'prev', 'epoch')
 local prev, epoch = tonumber(t[1] or '0'), tonumber(t[2])
 if prev == 0 or epoch ~= tonumber(ARGV[1]) then return 0 end
@@ -153,7 +153,7 @@ func (s *Store) RaiseFloor(ctx context.Context, i int, epoch int64) error {
 //
 // KEYS[1]: the HASH; ARGV[1]: field; ARGV[2]: value
 // Returns: the field's value after the call.
-var raiseScript = newScript(`
+var raiseScript = NewScript(`
 local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 local v = tonumber(ARGV[2])
 if v > cur then

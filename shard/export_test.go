@@ -4,8 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
-
-	"github.com/redis/rueidis"
+	"time"
 )
 
 // This file gives the tests of package shard_test what only tests need.
@@ -32,22 +31,6 @@ func (s *Store) ExpireLease(ctx context.Context, i int) error {
 
 // ListTrips returns the round trips listings made so far in this process.
 func ListTrips() int64 { return listTrips.Load() }
-
-// DropOpenIndex deletes the open-alarm index and its marker, as on an
-// installation from before the index, leaving a stray entry for stray.
-func (s *Store) DropOpenIndex(ctx context.Context, stray string) error {
-	cmds := []rueidis.Completed{s.c.B().Del().Key(s.k.OpenIndexBuilt()).Build()}
-	for p := range registryParts {
-		cmds = append(cmds, s.c.B().Del().Key(s.k.partKeyAt(p, openName)).Build())
-	}
-	cmds = append(cmds, s.c.B().Hset().Key(s.k.open(stray)).FieldValue().FieldValue(stray, "stray").Build())
-	for _, r := range s.c.DoMulti(ctx, cmds...) {
-		if err := r.Error(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // Calls returns how many times Redis ran cmd (as INFO commandstats counts
 // it, the calls from scripts included); for a single Redis.
@@ -78,4 +61,22 @@ func (w *Writer) OnMoveRead(f func()) { w.moveRead = f }
 // InGroup reports whether id is in the membership of group g.
 func (s *Store) InGroup(ctx context.Context, g, id string) (bool, error) {
 	return s.c.Do(ctx, s.c.B().Sismember().Key(s.k.GroupMembers(g)).Member(id).Build()).AsBool()
+}
+
+// Forget is forget, for the tests of package shard_test.
+func (s *Store) Forget(ctx context.Context, id string) error { return s.forget(ctx, id) }
+
+// Renew is renew, for the tests of package shard_test.
+func (s *Store) Renew(ctx context.Context, l Lease, ttl time.Duration) error {
+	return s.renew(ctx, l, ttl)
+}
+
+// UpsertAt is upsertAt, for the tests of package shard_test.
+func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map[int][]Entry, admit Admit) ([]string, []int, error) {
+	return s.upsertAt(ctx, f, epoch, byShard, admit)
+}
+
+// Head is head, for the tests of package shard_test.
+func (s *Store) Head(ctx context.Context, f Family, i int) (Entry, bool, error) {
+	return s.head(ctx, f, i)
 }

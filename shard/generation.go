@@ -84,7 +84,7 @@ type GenRecord struct {
 // KEYS[1]: generation record
 // ARGV[1]: now, unix ms
 // Returns: {id, seq, previous at} or nil when there is no record.
-var beatScript = newScript(`
+var beatScript = NewScript(`
 local id = redis.call('HGET', KEYS[1], 'id')
 if not id then return false end
 local at = redis.call('HGET', KEYS[1], 'at') or '0'
@@ -96,7 +96,7 @@ return {id, seq, at}`)
 // as it was found (Seq is the new sequence, At the previous beat's time);
 // ok is false when Redis holds no record.
 func (s *Store) Beat(ctx context.Context, now int64) (r GenRecord, ok bool, err error) {
-	v, err := beatScript.exec(ctx, s.c, []string{s.k.Generation()}, []string{strconv.FormatInt(now, 10)}).Tuple(3)
+	v, err := beatScript.exec(ctx, s.c, []string{s.k.Generation()}, []string{strconv.FormatInt(now, 10)}).tuple(3)
 	if rueidis.IsRedisNil(err) {
 		return GenRecord{}, false, nil
 	}
@@ -115,7 +115,7 @@ func (s *Store) Beat(ctx context.Context, now int64) (r GenRecord, ok bool, err 
 // KEYS[1]: generation record
 // ARGV[1]: id; ARGV[2]: now, unix ms; ARGV[3]: "1" to overwrite
 // Returns: the id in force afterwards.
-var createGenerationScript = newScript(`
+var createGenerationScript = NewScript(`
 local id = redis.call('HGET', KEYS[1], 'id')
 if id and ARGV[3] ~= '1' then return id end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'seq', 1, 'at', ARGV[2])
@@ -151,7 +151,7 @@ func (s *Store) writeGeneration(ctx context.Context, id string, now int64, overw
 //
 // KEYS[1]: layout HASH of the shard
 // ARGV[1]: generation id
-var vetScript = newScript(`
+var vetScript = NewScript(`
 local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
 redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'run', run)
 return run`)
@@ -187,21 +187,28 @@ func (s *Store) vetNew(ctx context.Context, n int) error {
 	return s.vet(ctx, n, 2*n, id)
 }
 
-// Restore lock: one process restores at a time.
+// Lock names one of the installation's locks.
+type Lock int
 
-// LockRestore takes the restore lock for ttl with token; ok is false when
-// another process holds it.
-func (s *Store) LockRestore(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	return s.lock(ctx, s.k.RestoreLock(), token, ttl)
+const (
+	// RestoreLock is held by the one process restoring Redis after a loss.
+	RestoreLock Lock = iota
+	// CheckpointLock is taken by the process that copies the lost marks
+	// into the durable registry, for one checkpoint interval.
+	CheckpointLock
+)
+
+func (s *Store) lockKey(l Lock) string {
+	if l == CheckpointLock {
+		return s.k.CheckpointLock()
+	}
+	return s.k.RestoreLock()
 }
 
-// LockCheckpoint takes the checkpoint lock for ttl; ok is false when
-// another process took it less than ttl ago.
-func (s *Store) LockCheckpoint(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	return s.lock(ctx, s.k.CheckpointLock(), token, ttl)
-}
-
-func (s *Store) lock(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+// TakeLock takes lock l for ttl with token; ok is false when another
+// process holds it (took it less than ttl ago).
+func (s *Store) TakeLock(ctx context.Context, l Lock, token string, ttl time.Duration) (bool, error) {
+	key := s.lockKey(l)
 	err := s.c.Do(ctx, s.c.B().Set().Key(key).Value(token).Nx().Px(ttl).Build()).Error()
 	if rueidis.IsRedisNil(err) {
 		return false, nil
@@ -216,25 +223,19 @@ func (s *Store) lock(ctx context.Context, key, token string, ttl time.Duration) 
 //
 // KEYS[1]: lock; ARGV[1]: token; ARGV[2]: ttl ms
 // Returns: 1 if extended, 0 if the lock is not the caller's.
-var extendScript = newScript(`
+var extendScript = NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1`)
 
-// ExtendRestore extends the restore lock held with token; ok is false when
-// it is no longer held.
-func (s *Store) ExtendRestore(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	n, err := extendScript.exec(ctx, s.c, []string{s.k.RestoreLock()}, []string{token, strconv.FormatInt(ttl.Milliseconds(), 10)}).AsInt64()
+// ExtendLock extends lock l held with token to ttl from now; ok is false
+// when it is no longer held. A ttl of a millisecond releases it.
+func (s *Store) ExtendLock(ctx context.Context, l Lock, token string, ttl time.Duration) (bool, error) {
+	n, err := extendScript.exec(ctx, s.c, []string{s.lockKey(l)}, []string{token, strconv.FormatInt(ttl.Milliseconds(), 10)}).AsInt64()
 	if err != nil {
-		return false, fmt.Errorf("shard: restore lock: %w", err)
+		return false, fmt.Errorf("shard: extend lock: %w", err)
 	}
 	return n == 1, nil
-}
-
-// UnlockRestore releases the restore lock if token still holds it.
-func (s *Store) UnlockRestore(ctx context.Context, token string) error {
-	_, err := s.ExtendRestore(ctx, token, time.Millisecond)
-	return err
 }
 
 // vettedScript checks that a shard is vetted under a generation by the
@@ -242,7 +243,7 @@ func (s *Store) UnlockRestore(ctx context.Context, token string) error {
 //
 // KEYS[1]: layout HASH of the shard; ARGV[1]: generation id
 // Returns: 1, or the error LOSTDATA.
-var vettedScript = newScript(`
+var vettedScript = NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'gen', 'run')
 local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
 if v[1] ~= ARGV[1] or v[2] ~= run then

@@ -182,7 +182,7 @@ func TestDoublingVetsNewShards(t *testing.T) {
 // installation's generation, so its doubling vets its new shards too.
 func TestAlarmQueueDoublingVetsNewShards(t *testing.T) {
 	ctx, s := newStore(t)
-	a := s.Alarm()
+	a := s.Sub("alarm")
 	if _, err := a.InitTopology(ctx, 2); err != nil {
 		t.Fatal(err)
 	}

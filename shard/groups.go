@@ -26,7 +26,7 @@ import (
 // ARGV[1]: device id; ARGV[2]: the group read ("" for none); ARGV[3]: the
 // new group ("" removes it)
 // Returns: 1 if written, 0 if the group had changed since.
-var setGroupScript = newScript(`
+var setGroupScript = NewScript(`
 if (redis.call('HGET', KEYS[1], ARGV[1]) or '') ~= ARGV[2] then return 0 end
 if ARGV[3] == '' then
   redis.call('HDEL', KEYS[1], ARGV[1])
@@ -228,36 +228,4 @@ func (s *Store) GroupSize(ctx context.Context, group string) (int64, error) {
 		return 0, fmt.Errorf("shard: size of group %q: %w", group, err)
 	}
 	return n, nil
-}
-
-// TypesGroups reads the registered types and the groups of ids in one
-// round trip: what firing a batch needs.
-func (s *Store) TypesGroups(ctx context.Context, ids []string) (types, groups []string, err error) {
-	if len(ids) == 0 {
-		return nil, nil, nil
-	}
-	b := s.c.B()
-	cmds := make(rueidis.Commands, 0, 2*len(ids))
-	for _, id := range ids {
-		cmds = append(cmds, b.Hget().Key(s.k.Registry(id)).Field(id).Build(), b.Hget().Key(s.k.Group(id)).Field(id).Build())
-	}
-	codes, groups := make([]string, len(ids)), make([]string, len(ids))
-	rs := s.c.DoMulti(ctx, cmds...)
-	for j := range ids {
-		for k, out := range []*string{&codes[j], &groups[j]} {
-			v, err := rs[2*j+k].ToString()
-			if rueidis.IsRedisNil(err) {
-				continue
-			}
-			if err != nil {
-				return nil, nil, fmt.Errorf("shard: read registry: %w", err)
-			}
-			*out = v
-		}
-		if !validCode(codes[j]) {
-			codes[j] = ""
-		}
-	}
-	types, err = s.typeNames(ctx, codes)
-	return types, groups, err
 }

@@ -1,6 +1,9 @@
 package shard
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // registryParts is the fixed number of registry partitions. It is independent
 // of the shard count so that a doubling never moves registry entries.
@@ -136,9 +139,6 @@ func (k Keys) Overrides() string { return k.meta("overrides") }
 // OverridesVersion changes whenever Overrides does, so caches reload cheaply.
 func (k Keys) OverridesVersion() string { return k.meta("overrides:v") }
 
-// Mutes is the HASH of alarm mutes (mute id -> value).
-func (k Keys) Mutes() string { return k.meta("mutes") }
-
 // Part is the registry partition of id. Per-device state (registry, lost
 // marks, alarm state) lives in keys tagged by it, independent of the shard
 // count.
@@ -176,30 +176,10 @@ func (k Keys) Lost(id string) string { return k.partKey(id, "lost") }
 // device id across processes (value = the holder's token, PX ttl).
 func (k Keys) ThresholdLock(id string) string { return k.partKey(id, "thrlock:"+id) }
 
-// stateName names the HASH of per-device state (id -> value) in each
-// registry partition; the alarm keeps its state machine there.
-const stateName = "alarm"
-
-// state is the HASH of the per-device state of id's partition.
-func (k Keys) state(id string) string { return k.partKey(id, stateName) }
-
 // Reports is the HASH of the processes' own reports (process -> "at:body",
 // see reports.go): what each counted over its last minute, for fleet-wide
 // stats.
 func (k Keys) Reports() string { return k.meta("reports") }
-
-// openName names the HASH of the open alarms (id -> state) in each registry
-// partition: an index of the non-idle states, kept by the same scripts that
-// write them, so that listing and counting open alarms reads only them.
-const openName = "open"
-
-// open is the open-alarm index of id's partition.
-func (k Keys) open(id string) string { return k.partKey(id, openName) }
-
-// OpenIndexBuilt says the open-alarm index was built from the states once;
-// from then on every state write keeps it. It lives with the meta keys, so
-// a Redis that lost them builds it again.
-func (k Keys) OpenIndexBuilt() string { return k.meta("open:built") }
 
 // Group is the HASH (id -> group name) of the devices of id's partition
 // and sub-partition that belong to a group.
@@ -210,3 +190,69 @@ func (k Keys) Group(id string) string {
 // GroupMembers is the SET of the watched devices of group: a hash tag of
 // its own per group, so its size is one SCARD on one slot.
 func (k Keys) GroupMembers(group string) string { return k.prefix + ":{g:" + group + "}:members" }
+
+// A leaf is the last part of a key name under one hash tag, with the
+// package that owns the data: the one role that reads and writes it, or
+// shard for what several share. Tags are "meta" (the installation's
+// records), "r" (each registry partition), "i" (each shard) or a tag of
+// the leaf's own. A name ending in ":" is a family of leaves, the rest
+// being a parameter; so is a tag. No two leaves under one tag may clash
+// (keys_test.go): every key name is one of these.
+type leaf struct{ tag, name, owner string }
+
+var leaves = []leaf{
+	{"i", "dl", "shard"}, {"i", "rp", "shard"}, {"i", "tm", "shard"}, {"i", "wake:", "shard"},
+	{"i", "owner", "shard"}, {"i", "owner:", "shard"}, {"i", "fence", "shard"}, {"i", "fence:", "shard"},
+	{"i", "tp", "shard"}, {"i", "tc", "shard"}, {"i", "tx", "shard"}, {"i", "layout", "shard"},
+
+	{"meta", "topology", "shard"}, {"meta", "generation", "shard"}, {"meta", "restore", "shard"},
+	{"meta", "checkpoint", "shard"}, {"meta", "watermark", "shard"}, {"meta", "outages", "shard"},
+	{"meta", "ingest", "shard"}, {"meta", "writers", "shard"}, {"meta", "drain", "shard"},
+	{"meta", "scanners", "shard"}, {"meta", "scanners:", "shard"}, {"meta", "overrides", "shard"},
+	{"meta", "overrides:v", "shard"}, {"meta", "types", "shard"}, {"meta", "reports", "shard"},
+	{"meta", "mutes", "alarm"}, {"meta", "storms", "alarm"}, {"meta", "open:built", "alarm"},
+
+	{"r", "reg", "shard"}, {"r", "reg:", "shard"}, {"r", "grp:", "shard"}, {"r", "lost", "shard"},
+	{"r", "thrlock:", "shard"}, {"r", "tf", "shard"},
+	{"r", "alarm", "alarm"}, {"r", "open", "alarm"},
+
+	{"g:", "members", "shard"},
+	{"storm:", "lost", "alarm"}, {"storm:", "state", "alarm"},
+	{"rate", "total", "alarm"}, {"rate", "type:", "alarm"},
+}
+
+// known panics unless name is a leaf of the table under tag: a key of a
+// role is named in the table before it is used.
+func known(tag, name string) {
+	for _, l := range leaves {
+		if l.tag == tag && (l.name == name || strings.HasSuffix(l.name, ":") && strings.HasPrefix(name, l.name)) {
+			return
+		}
+	}
+	panic("shard: key leaf " + tag + "/" + name + " is not in the table of leaves (keys.go)")
+}
+
+// Meta is the installation-wide key named leaf, in the {meta} slot.
+func (k Keys) Meta(leaf string) string {
+	known("meta", leaf)
+	return k.meta(leaf)
+}
+
+// InPart is the key named leaf of id's registry partition: per-device
+// state a role keeps beside the registry.
+func (k Keys) InPart(id, leaf string) string {
+	known("r", leaf)
+	return k.partKey(id, leaf)
+}
+
+// Tagged is the key named leaf under a hash tag of its own, tag: the keys
+// one script touches together share it. A tag ending in ":" in the table
+// takes a parameter ("storm:fleet").
+func (k Keys) Tagged(tag, leaf string) string {
+	t, _, param := strings.Cut(tag, ":")
+	if param {
+		t += ":"
+	}
+	known(t, leaf)
+	return k.prefix + ":{" + tag + "}:" + leaf
+}

@@ -36,3 +36,57 @@ func TestAlarmKeys(t *testing.T) {
 		t.Errorf("partKeyAt = %q, want partKey's %q", got, k.partKey("dev", "alarm"))
 	}
 }
+
+// TestLeavesDoNotClash: no two leaves of the table name the same key under
+// one hash tag, and no family of leaves takes in another leaf.
+func TestLeavesDoNotClash(t *testing.T) {
+	for j, a := range leaves {
+		for _, b := range leaves[j+1:] {
+			if a.tag != b.tag {
+				continue
+			}
+			fam := func(f, n string) bool { return strings.HasSuffix(f, ":") && strings.HasPrefix(n, f) }
+			if a.name == b.name || fam(a.name, b.name) || fam(b.name, a.name) {
+				t.Errorf("leaves %q (%s) and %q (%s) clash under tag %q", a.name, a.owner, b.name, b.owner, a.tag)
+			}
+		}
+	}
+}
+
+// TestEveryKeyIsALeaf: every key shard names is a leaf of the table, so
+// the clash check covers them.
+func TestEveryKeyIsALeaf(t *testing.T) {
+	k := NewKeys("sw")
+	l := k
+	l.lease = ":timers"
+	keys := []string{k.Timers(Deadlines, 1), k.Timers(Repeats, 1), k.Timers(Timers, 1), k.Wake(Deadlines, 1),
+		k.Owner(1), l.Owner(1), k.Fence(1), l.Fence(1), k.TimerPayloads(1), k.TimersCarried(1), k.TimersFiring(1),
+		k.Layout(1), k.Topology(), k.Generation(), k.RestoreLock(), k.CheckpointLock(), k.Watermark(), k.Outages(),
+		k.Members(), k.Writers(), k.Drain(), k.Scanners(), l.Scanners(), k.Overrides(), k.OverridesVersion(),
+		k.TypeCodes(), k.Reports(), k.TimersFired("d"), k.Registry("d"), k.partKey("d", legacyRegistry), k.Lost("d"),
+		k.ThresholdLock("d"), k.Group("d"), k.GroupMembers("g1")}
+	for _, key := range keys {
+		rest := strings.TrimPrefix(key, "sw:{")
+		tag, name, ok := strings.Cut(rest, "}:")
+		if !ok {
+			t.Errorf("key %q has no hash tag", key)
+			continue
+		}
+		switch {
+		case strings.HasPrefix(tag, "r") && strings.Trim(tag[1:], "0123456789") == "":
+			tag = "r"
+		case strings.Trim(tag, "0123456789") == "":
+			tag = "i"
+		case strings.HasPrefix(tag, "g:"):
+			tag = "g:"
+		}
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("key %q: %v", key, r)
+				}
+			}()
+			known(tag, name)
+		}()
+	}
+}

@@ -33,7 +33,7 @@ func (l Lease) Token() int64 {
 // ARGV[1]: owner id (unique per process)
 // ARGV[2]: ttl, ms
 // Returns: the lease value "owner|token", or nil when another owner holds it.
-var acquireScript = newScript(`
+var acquireScript = NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return false end
 local v = ARGV[1] .. '|' .. redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], v, 'PX', ARGV[2])
@@ -57,15 +57,15 @@ func (s *Store) Acquire(ctx context.Context, i int, owner string, ttl time.Durat
 //
 // KEYS[1]: lease key; ARGV[1]: lease value; ARGV[2]: ttl, ms
 // Returns: 1 if renewed, 0 if the lease is gone or someone else's.
-var renewScript = newScript(`
+var renewScript = NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
 return 0`)
 
-// Renew extends l. It returns ErrNotOwner if l was lost.
-func (s *Store) Renew(ctx context.Context, l Lease, ttl time.Duration) error {
+// renew extends l. It returns ErrNotOwner if l was lost.
+func (s *Store) renew(ctx context.Context, l Lease, ttl time.Duration) error {
 	return s.RenewAll(ctx, []Lease{l}, ttl)[0]
 }
 
@@ -94,7 +94,7 @@ func (s *Store) RenewAll(ctx context.Context, ls []Lease, ttl time.Duration) []e
 //
 // KEYS[1]: lease key; ARGV[1]: lease value
 // Returns: 1 if released, 0 otherwise.
-var releaseScript = newScript(`
+var releaseScript = NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end

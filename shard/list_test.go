@@ -152,7 +152,8 @@ func TestPagingWatchedUnderSignals(t *testing.T) {
 	for k := range stale {
 		stale[k] = shard.Entry{ID: ids[k], Deadline: base - 60_000}
 	}
-	for _, err := range s.MarkLostMulti(ctx, append(lost, stale...), base-59_000) {
+	_, errs := s.MarkLostSwapMulti(ctx, append(lost, stale...), base-59_000)
+	for _, err := range errs {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,85 +239,5 @@ func TestListRefusesBadQueries(t *testing.T) {
 		if _, _, err := d.List(ctx, q); !errors.Is(err, shard.ErrBadQuery) {
 			t.Errorf("%+v: err %v, want ErrBadQuery", q, err)
 		}
-	}
-}
-
-// TestOpenIndexFollowsStates: every compare-and-set keeps the open index
-// in step with the states, and a build from the states (an installation
-// from before the index) makes it agree again, stray entries removed.
-func TestOpenIndexFollowsStates(t *testing.T) {
-	ctx, s := newStore(t)
-	open := func(v string) bool { return v != "" && v[0] == 'o' }
-	want := map[string]string{}
-	cur := map[string]string{}
-	set := func(id, v string) {
-		t.Helper()
-		ok, err := s.CompareAndSwapState(ctx, id, cur[id], v, open(v))
-		if err != nil || !ok {
-			t.Fatalf("cas %s -> %s: %v %v", id, v, ok, err)
-		}
-		cur[id] = v
-		delete(want, id)
-		if open(v) {
-			want[id] = v
-		}
-	}
-	check := func(when string) {
-		t.Helper()
-		got := map[string]string{}
-		if err := s.OpenStates(ctx, func(id, v string) { got[id] = v }); err != nil {
-			t.Fatal(err)
-		}
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("%s: open index %v, want %v", when, got, want)
-		}
-	}
-	for k := range 300 {
-		set(fmt.Sprintf("d-%d", k), "open-1")
-	}
-	for k := 0; k < 300; k += 3 {
-		set(fmt.Sprintf("d-%d", k), "idle-2")
-	}
-	for k := 1; k < 300; k += 3 {
-		set(fmt.Sprintf("d-%d", k), "open-3")
-	}
-	// A compare-and-set that lost its race changes neither.
-	if ok, err := s.CompareAndSwapState(ctx, "d-2", "idle-0", "open-9", true); ok || err != nil {
-		t.Fatalf("stale cas: %v %v", ok, err)
-	}
-	check("after transitions")
-
-	if err := s.DropOpenIndex(ctx, "stray"); err != nil {
-		t.Fatal(err)
-	}
-	if _, built, err := s.OpenIndexBuilt(ctx); err != nil || built {
-		t.Fatalf("built after drop: %v %v", built, err)
-	}
-	start := time.Now()
-	if err := s.BuildOpenIndex(ctx, open, start); err != nil {
-		t.Fatal(err)
-	}
-	if at, built, err := s.OpenIndexBuilt(ctx); err != nil || !built || at != start.UnixMilli() {
-		t.Fatalf("after a build: built %v at %d, %v; want built at %d", built, at, err, start.UnixMilli())
-	}
-	check("after a build")
-	listed := map[string]string{}
-	for q := (shard.OpenQuery{Limit: 7}); ; {
-		rows, next, err := s.ListOpen(ctx, q)
-		if err != nil || len(rows) > q.Limit {
-			t.Fatalf("ListOpen: %d rows, %v", len(rows), err)
-		}
-		for _, r := range rows {
-			if _, dup := listed[r.ID]; dup {
-				t.Fatalf("%s listed twice", r.ID)
-			}
-			listed[r.ID] = r.State
-		}
-		if q.Cursor = next; next == "" {
-			break
-		}
-	}
-	if fmt.Sprint(listed) != fmt.Sprint(want) {
-		t.Fatalf("ListOpen listed %v, want %v", listed, want)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // KEYS[j]: lost marks of device j's partition
 // ARGV[2j-1]: device j's id; ARGV[2j]: its new mark, "<deadline>:<at>"
 // Returns: for each device, the previous mark or nil.
-var swapLostScript = newScript(`
+var swapLostScript = NewScript(`
 local out = {}
 for j = 1, #KEYS do
   local id = ARGV[2*j-1]
@@ -29,10 +29,11 @@ return out`)
 // PrevMark is the lost mark a MarkLostSwapMulti replaced (zero if none).
 type PrevMark struct{ Deadline, At int64 }
 
-// MarkLostSwapMulti is MarkLostMulti that also returns the marks it
-// replaced, in the same single round trip: a scanner learns which of its
-// deadlines an earlier owner already marked (and so may have published).
-// Each slot's devices are swapped by one script run (see bySlot).
+// MarkLostSwapMulti marks each device of lost lost at its deadline, as
+// MarkLost does, and returns the marks it replaced, in one round trip: a
+// scanner learns which of its deadlines an earlier owner already marked
+// (and so may have published). Each slot's devices are swapped by one
+// script run (see bySlot).
 func (s *Store) MarkLostSwapMulti(ctx context.Context, lost []Entry, at int64) ([]PrevMark, []error) {
 	groups := s.bySlot(lost)
 	execs := make([]rueidis.LuaExec, len(groups))
@@ -47,7 +48,7 @@ func (s *Store) MarkLostSwapMulti(ctx context.Context, lost []Entry, at int64) (
 	prev := make([]PrevMark, len(lost))
 	errs := make([]error, len(lost))
 	for g, r := range swapLostScript.execMulti(ctx, s.c, execs...) {
-		vs, err := r.ToArray()
+		vs, err := r.messages()
 		if err == nil && len(vs) != len(groups[g]) {
 			err = errors.New("unexpected reply")
 		}
@@ -74,7 +75,7 @@ func (s *Store) MarkLostSwapMulti(ctx context.Context, lost []Entry, at int64) (
 // ARGV[3j-2]: device j's id; ARGV[3j-1]: the mark written,
 // "<deadline>:<at>"; ARGV[3j]: the mark it replaced, "" if none
 // Returns: for each device, 1 if its mark was undone, else 0.
-var unmarkLostScript = newScript(`
+var unmarkLostScript = NewScript(`
 local out = {}
 for j = 1, #KEYS do
   local id = ARGV[3*j-2]

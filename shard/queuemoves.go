@@ -218,7 +218,7 @@ const carriedKeep = 24 * time.Hour
 // ARGV[5..]: triples of member, deadline ("0": mark only) and payload
 // ("p"..payload, "": none)
 // Returns: how many copies were written.
-var carryScript = newScript(wakeLua + timerFence + `
+var carryScript = NewScript(wakeLua + timerFence + `
 local n, low = 0, nil
 for i = 5, #ARGV, 3 do
   local m = ARGV[i]
@@ -255,7 +255,7 @@ func (s *Store) carryAt(ctx context.Context, t Topology, by map[int][]carried) (
 // their payloads.
 //
 // KEYS[1]: timer ZSET; KEYS[2]: payloads; ARGV: member, score pairs
-var removeIfScript = newScript(`
+var removeIfScript = NewScript(`
 local n = 0
 for i = 1, #ARGV, 2 do
   local cur = redis.call('ZSCORE', KEYS[1], ARGV[i])
@@ -293,7 +293,7 @@ func (s *Store) removeTimersIf(ctx context.Context, n int, es []Entry) error {
 // KEYS[1]: timer ZSET; KEYS[2]: layout HASH; KEYS[3]: payloads
 // ARGV[1..3]: see timerFence; ARGV[4]: member
 // Returns: 1 if the timer was there, else 0.
-var cancelScript = newScript(timerFence + `
+var cancelScript = NewScript(timerFence + `
 redis.call('HDEL', KEYS[3], ARGV[4])
 return redis.call('ZREM', KEYS[1], ARGV[4])`)
 

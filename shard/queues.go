@@ -70,7 +70,7 @@ end
 // ARGV[4..]: quads of mode ("e" extend, "s" set), deadline, member and
 // payload op: "k" keep, "c" clear, "p"..payload set
 // Returns: 1, or the error STALE or LOSTDATA.
-var resetTimersScript = newScript(wakeLua + timerFence + `
+var resetTimersScript = NewScript(wakeLua + timerFence + `
 local low
 for i = 4, #ARGV, 4 do
   local m = ARGV[i+2]
@@ -123,7 +123,7 @@ func (s *Store) resetTimersAt(ctx context.Context, t Topology, byShard map[int][
 // fencedRun runs script once per shard of shards (execs in the same order)
 // and returns the shards that refused as placed under an old topology,
 // and the first other failure.
-func (s *Store) fencedRun(ctx context.Context, script *script, shards []int, execs []rueidis.LuaExec, what string) (refused []int, err error) {
+func (s *Store) fencedRun(ctx context.Context, script *Script, shards []int, execs []rueidis.LuaExec, what string) (refused []int, err error) {
 	for j, r := range script.execMulti(ctx, s.c, execs...) {
 		switch rerr := r.Error(); {
 		case rerr == nil:
@@ -220,7 +220,7 @@ func (s *Store) TimerPayloads(ctx context.Context, i int, members []string) ([][
 // deadline pairs
 // Returns: per member "p"..payload, "n" (no payload) or "x" (moved since
 // the claim, or gone).
-var firingScript = newScript(`
+var firingScript = NewScript(`
 local out = {}
 for i = 2, #ARGV, 2 do
   local cur = redis.call('ZSCORE', KEYS[1], ARGV[i])

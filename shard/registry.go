@@ -102,7 +102,7 @@ type Sighting struct {
 // ARGV[1]: device id; ARGV[2]: its type's code ("" if unknown)
 // Returns: {previous registry value or nil, previous lost mark or nil,
 // group or nil}.
-var seenScript = newScript(`
+var seenScript = NewScript(`
 local old = redis.call('HGET', KEYS[1], ARGV[1])
 local lost = redis.call('HGET', KEYS[2], ARGV[1])
 if lost then redis.call('HDEL', KEYS[2], ARGV[1]) end
@@ -138,7 +138,7 @@ func (s *Store) SeenMulti(ctx context.Context, ss []Sighting, now int64) []Sight
 	for j, r := range seenScript.execMulti(ctx, s.c, execs...) {
 		d := &ss[j]
 		d.Prev, d.Existed, d.Err = Device{}, false, nil
-		v, err := r.Tuple(3)
+		v, err := r.tuple(3)
 		if err == nil {
 			prev[j], prevCodes[j], d.Existed, err = device(v[0], v[1])
 		}
@@ -168,23 +168,11 @@ func (s *Store) SeenMulti(ctx context.Context, ss []Sighting, now int64) []Sight
 
 // MarkLost records that id was declared lost at deadline.
 func (s *Store) MarkLost(ctx context.Context, id string, deadline, at int64) error {
-	return s.MarkLostMulti(ctx, []Entry{{ID: id, Deadline: deadline}}, at)[0]
-}
-
-// MarkLostMulti records that each device of lost was declared lost at its
-// deadline, all in one round trip, and returns one error per entry.
-func (s *Store) MarkLostMulti(ctx context.Context, lost []Entry, at int64) []error {
-	cmds := make(rueidis.Commands, len(lost))
-	for j, e := range lost {
-		cmds[j] = s.c.B().Hset().Key(s.k.Lost(e.ID)).FieldValue().FieldValue(e.ID, lostMark(e.Deadline, at)).Build()
+	err := s.c.Do(ctx, s.c.B().Hset().Key(s.k.Lost(id)).FieldValue().FieldValue(id, lostMark(deadline, at)).Build()).Error()
+	if err != nil {
+		return fmt.Errorf("shard: mark device lost: %w", err)
 	}
-	errs := make([]error, len(lost))
-	for j, r := range s.c.DoMulti(ctx, cmds...) {
-		if err := r.Error(); err != nil {
-			errs[j] = fmt.Errorf("shard: mark device lost: %w", err)
-		}
-	}
-	return errs
+	return nil
 }
 
 // clearLostScript clears the lost mark of a device if it is still the one
@@ -195,7 +183,7 @@ func (s *Store) MarkLostMulti(ctx context.Context, lost []Entry, at int64) []err
 // ARGV[1]: device id; ARGV[2]: deadline, unix ms
 // Returns: {registry value or nil, the mark cleared, group or nil} if a
 // mark was cleared, else nil.
-var clearLostScript = newScript(`
+var clearLostScript = NewScript(`
 local lost = redis.call('HGET', KEYS[1], ARGV[1])
 if not lost then return false end
 if tonumber(string.match(lost, '^%-?%d+')) ~= tonumber(ARGV[2]) then return false end
@@ -206,7 +194,7 @@ return {redis.call('HGET', KEYS[2], ARGV[1]) or false, lost, redis.call('HGET', 
 // returns the device as it was; ok is false if there was no such mark.
 func (s *Store) ClearLost(ctx context.Context, id string, deadline int64) (prev Device, ok bool, err error) {
 	v, err := clearLostScript.exec(ctx, s.c, []string{s.k.Lost(id), s.k.Registry(id), s.k.Group(id)},
-		[]string{id, strconv.FormatInt(deadline, 10)}).Tuple(3)
+		[]string{id, strconv.FormatInt(deadline, 10)}).tuple(3)
 	if rueidis.IsRedisNil(err) {
 		return Device{}, false, nil
 	}
@@ -320,11 +308,11 @@ func (s *Store) Types(ctx context.Context, ids []string) ([]string, error) {
 	return s.typeNames(ctx, codes)
 }
 
-// Forget removes id from the registry, its lost mark, its threshold
+// forget removes id from the registry, its lost mark, its threshold
 // override and its group. The group's membership goes first: a crash
 // before the group goes leaves it to the next Forget, not a member that
 // no registry entry names.
-func (s *Store) Forget(ctx context.Context, id string) error {
+func (s *Store) forget(ctx context.Context, id string) error {
 	b := s.c.B()
 	if err := s.leaveGroup(ctx, id); err != nil {
 		return fmt.Errorf("shard: forget device: %w", err)

@@ -50,7 +50,7 @@ end
 // ARGV[1]: process; ARGV[2]: "at:body"; ARGV[3]: cutoff, unix ms;
 // ARGV[4]: ttl, ms
 // Returns: the number of reports kept.
-var reportScript = newScript(pruneReports + `
+var reportScript = NewScript(pruneReports + `
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 local kept = prune(KEYS[1], tonumber(ARGV[3]))
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
@@ -80,7 +80,7 @@ func (s *Store) Unreport(ctx context.Context, process string) error {
 // KEYS[1]: reports HASH (process -> "at:body")
 // ARGV[1]: cutoff, unix ms
 // Returns: the reports kept, flat process, "at:body", ...
-var reportsScript = newScript(pruneReports + `
+var reportsScript = NewScript(pruneReports + `
 return prune(KEYS[1], tonumber(ARGV[1]))`)
 
 // Reports returns the reports no older than maxAge at now, by process, and
@@ -134,33 +134,4 @@ func (s *Store) Fleet(ctx context.Context, n int) (watched, lost int64, err erro
 		}
 	}
 	return watched, lost, nil
-}
-
-// WatermarkTail returns the ingest watermark (0 if ingest never ran), the
-// number of recorded outages and the last k of them, oldest first, in one
-// round trip: the outage list can hold up to OutagesCap entries, and a
-// view of the fleet wants only the latest.
-func (s *Store) WatermarkTail(ctx context.Context, k int) (wm, n int64, last []Outage, err error) {
-	b := s.c.B()
-	rs := s.c.DoMulti(ctx,
-		b.Get().Key(s.k.Watermark()).Build(),
-		b.Llen().Key(s.k.Outages()).Build(),
-		b.Lrange().Key(s.k.Outages()).Start(int64(-k)).Stop(-1).Build())
-	if wm, err = rs[0].AsInt64(); err != nil && !rueidis.IsRedisNil(err) {
-		return 0, 0, nil, fmt.Errorf("shard: read watermark: %w", err)
-	}
-	if n, err = rs[1].AsInt64(); err != nil {
-		return 0, 0, nil, fmt.Errorf("shard: read outages: %w", err)
-	}
-	raw, err := rs[2].AsStrSlice()
-	if err != nil {
-		return 0, 0, nil, fmt.Errorf("shard: read outages: %w", err)
-	}
-	last = make([]Outage, 0, len(raw))
-	for _, r := range raw {
-		if o, ok := parseOutage(r); ok {
-			last = append(last, o)
-		}
-	}
-	return wm, n, last, nil
 }

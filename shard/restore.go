@@ -38,21 +38,10 @@ func (s *Store) RestoreTopology(ctx context.Context, t Topology) error {
 	return nil
 }
 
-// TopologyIfAny reads the topology in force; ok is false when Redis holds
-// none.
-func (s *Store) TopologyIfAny(ctx context.Context) (t Topology, ok bool, err error) {
-	m, err := s.hashAll(ctx, s.k.Topology(), "topology")
-	if err != nil || len(m) == 0 {
-		return Topology{}, false, err
-	}
-	t, err = s.Topology(ctx)
-	return t, err == nil, err
-}
-
 // outageScript records an outage in the outage list.
 //
 // KEYS[1]: outage list; ARGV[1]: start; ARGV[2]: end (unix ms); ARGV[3]: cap
-var outageScript = newScript(recordOutage + `
+var outageScript = NewScript(recordOutage + `
 return record(KEYS[1], ARGV[1], ARGV[2], 0, tonumber(ARGV[3]))`)
 
 // AddOutage records o in the ingest outage list: the scanners' outage rule
@@ -123,7 +112,7 @@ func (s *Store) RestoreRegistry(ctx context.Context, devs []Restored) error {
 // KEYS[1]: deadline ZSET of a shard
 // ARGV[1]: device id; ARGV[2]: the deadline it was lost at
 // Returns: the score left, or nil when the shard holds no entry.
-var dropFiredScript = newScript(`
+var dropFiredScript = NewScript(`
 local sc = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not sc then return false end
 if tonumber(sc) <= tonumber(ARGV[2]) then

@@ -49,88 +49,120 @@ var scriptErrors = map[string]error{
 // whose first word is a known code becomes its typed error; anything else
 // (a connection error, redis nil, an unknown reply) is returned unchanged.
 func scriptErr(err error) error {
-	rerr, ok := rueidis.IsRedisErr(err)
-	if !ok {
-		return err
-	}
-	code, _, _ := strings.Cut(rerr.Error(), " ")
-	if typed, ok := scriptErrors[code]; ok {
+	if typed, ok := scriptErrors[ErrCode(err)]; ok {
 		return typed
 	}
 	return err
 }
 
-// script is a Lua script. It runs by EVALSHA and falls back to EVAL when
+// Script is a Lua script. It runs by EVALSHA and falls back to EVAL when
 // Redis does not have it (a restarted or flushed Redis), and every error it
-// returns has been through scriptErr. Every script of the package is one of
-// these, declared directly above the one method that runs it.
-type script struct {
+// returns has been through the mapper of script errors. Every script is one
+// of these, a package-level value declared directly above the one method
+// that runs it, in the package that owns the data it touches.
+type Script struct {
 	lua      *rueidis.Lua
 	src, sha string
 }
 
-func newScript(src string) *script {
+// NewScript returns the script of Lua source src.
+func NewScript(src string) *Script {
 	sum := sha1.Sum([]byte(src))
-	return &script{lua: rueidis.NewLuaScript(src), src: src, sha: hex.EncodeToString(sum[:])}
+	return &Script{lua: rueidis.NewLuaScript(src), src: src, sha: hex.EncodeToString(sum[:])}
 }
 
 // exec runs the script once.
-func (s *script) exec(ctx context.Context, c rueidis.Client, keys, args []string) reply {
+func (s *Script) exec(ctx context.Context, c rueidis.Client, keys, args []string) Reply {
 	return replyOf(s.lua.Exec(ctx, c, keys, args))
 }
 
-// reply is the outcome of one run of a script, read like a rueidis result;
-// its error has been through scriptErr. A nil reply reads as an error for
-// which rueidis.IsRedisNil holds.
-type reply struct {
+// Reply is the outcome of one command or script run. Its error has been
+// through the mapper of script errors; a nil reply reads as an error for
+// which IsNil holds.
+type Reply struct {
 	msg rueidis.RedisMessage
 	err error
 }
 
-func replyOf(r rueidis.RedisResult) reply {
+func replyOf(r rueidis.RedisResult) Reply {
 	v, err := r.ToMessage()
-	return reply{msg: v, err: scriptErr(err)}
+	return Reply{msg: v, err: scriptErr(err)}
 }
 
 // Error returns the reply's error, nil on success.
-func (r reply) Error() error { return r.err }
+func (r Reply) Error() error { return r.err }
 
-func (r reply) AsInt64() (int64, error) {
+// IsNil reports whether the reply is Redis's nil (a missing key or field).
+func (r Reply) IsNil() bool { return rueidis.IsRedisNil(r.err) }
+
+// AsInt64 reads an integer reply, or a string holding one.
+func (r Reply) AsInt64() (int64, error) {
 	if r.err != nil {
 		return 0, r.err
 	}
 	return r.msg.AsInt64()
 }
 
-func (r reply) ToString() (string, error) {
+// AsFloat64 reads a float reply, or a string holding one.
+func (r Reply) AsFloat64() (float64, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	return r.msg.AsFloat64()
+}
+
+// ToString reads a string reply.
+func (r Reply) ToString() (string, error) {
 	if r.err != nil {
 		return "", r.err
 	}
 	return r.msg.ToString()
 }
 
-func (r reply) ToArray() ([]rueidis.RedisMessage, error) {
+// AsStrSlice reads an array of strings.
+func (r Reply) AsStrSlice() ([]string, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	return r.msg.AsStrSlice()
+}
+
+// AsStrMap reads a map reply (HGETALL), or a flat array of field, value.
+func (r Reply) AsStrMap() (map[string]string, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	return r.msg.AsStrMap()
+}
+
+// Array reads an array reply as its elements.
+func (r Reply) Array() ([]Reply, error) {
+	v, err := r.messages()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Reply, len(v))
+	for j, m := range v {
+		out[j] = Reply{msg: m, err: scriptErr(m.Error())}
+	}
+	return out, nil
+}
+
+func (r Reply) messages() ([]rueidis.RedisMessage, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
 	return r.msg.ToArray()
 }
 
-// Tuple is ToArray for a script that replies with exactly n values: any
+// tuple is messages for a script that replies with exactly n values: any
 // other length is an error.
-func (r reply) Tuple(n int) ([]rueidis.RedisMessage, error) {
-	v, err := r.ToArray()
+func (r Reply) tuple(n int) ([]rueidis.RedisMessage, error) {
+	v, err := r.messages()
 	if err == nil && len(v) != n {
 		return nil, errors.New("unexpected reply")
 	}
 	return v, err
-}
-
-func (r reply) AsStrSlice() ([]string, error) {
-	if r.err != nil {
-		return nil, r.err
-	}
-	return r.msg.AsStrSlice()
 }
 
 // execMulti runs the script once per exec, all in one round trip (two when
@@ -138,7 +170,7 @@ func (r reply) AsStrSlice() ([]string, error) {
 // rueidis's Lua.ExecMulti loads the script (SCRIPT LOAD) before every batch,
 // one more sequential round trip per call; execMulti sends EVALSHA at once
 // and falls back to EVAL only for the calls that found the script missing.
-func (s *script) execMulti(ctx context.Context, c rueidis.Client, execs ...rueidis.LuaExec) []reply {
+func (s *Script) execMulti(ctx context.Context, c rueidis.Client, execs ...rueidis.LuaExec) []Reply {
 	if len(execs) == 0 {
 		return nil
 	}
@@ -163,9 +195,82 @@ func (s *script) execMulti(ctx context.Context, c rueidis.Client, execs ...rueid
 			rs[again[k]] = r
 		}
 	}
-	out := make([]reply, len(rs))
+	out := make([]Reply, len(rs))
 	for j, r := range rs {
 		out[j] = replyOf(r)
 	}
 	return out
+}
+
+// The kit with which a role keeps data of its own in Redis: its scripts
+// (NewScript) run by Exec, its few plain commands by Do, its keys named by
+// Keys (see keys.go), every reply read through Reply. No rueidis type
+// crosses it.
+
+// Call is one run of a script in an ExecMulti batch.
+type Call struct{ Keys, Args []string }
+
+// Exec runs script once with keys and args.
+func (s *Store) Exec(ctx context.Context, script *Script, keys, args []string) Reply {
+	return script.exec(ctx, s.c, keys, args)
+}
+
+// ExecMulti runs script once per call, all in one round trip; replies are
+// in the order of calls.
+func (s *Store) ExecMulti(ctx context.Context, script *Script, calls ...Call) []Reply {
+	execs := make([]rueidis.LuaExec, len(calls))
+	for j, c := range calls {
+		execs[j] = rueidis.LuaExec{Keys: c.Keys, Args: c.Args}
+	}
+	return script.execMulti(ctx, s.c, execs...)
+}
+
+// Cmd is one plain Redis command: its name, the keys it touches (they
+// route it on a Redis Cluster, and come first after the name), then its
+// other arguments.
+type Cmd struct {
+	Name       string
+	Keys, Args []string
+}
+
+// readOnly lists the commands Do sends as read-only: rueidis retries them
+// on a lost connection, as it does the typed read commands.
+var readOnly = map[string]bool{"GET": true, "HGET": true, "HGETALL": true, "HLEN": true, "HSCAN": true,
+	"ZCARD": true, "ZCOUNT": true, "ZRANGE": true, "ZSCAN": true, "ZSCORE": true, "SCARD": true}
+
+// Do runs one command.
+func (s *Store) Do(ctx context.Context, name string, keys []string, args ...string) Reply {
+	return s.DoMulti(ctx, Cmd{Name: name, Keys: keys, Args: args})[0]
+}
+
+// DoMulti runs cmds in one round trip; replies are in the order of cmds.
+func (s *Store) DoMulti(ctx context.Context, cmds ...Cmd) []Reply {
+	built := make(rueidis.Commands, len(cmds))
+	for j, c := range cmds {
+		a := s.c.B().Arbitrary(c.Name).Keys(c.Keys...).Args(c.Args...)
+		// Pinned: a retried command must not be recycled while a dead
+		// connection's writer may still read it.
+		if readOnly[c.Name] {
+			built[j] = a.ReadOnly().Pin()
+		} else {
+			built[j] = a.Build().Pin()
+		}
+	}
+	out := make([]Reply, len(cmds))
+	for j, r := range s.c.DoMulti(ctx, built...) {
+		out[j] = replyOf(r)
+	}
+	return out
+}
+
+// ErrCode returns the code an error reply of a script starts with ("" for
+// any other error): a role maps the codes of its own scripts to its typed
+// errors with it.
+func ErrCode(err error) string {
+	rerr, ok := rueidis.IsRedisErr(err)
+	if !ok {
+		return ""
+	}
+	code, _, _ := strings.Cut(rerr.Error(), " ")
+	return code
 }

@@ -52,7 +52,7 @@ func Assign(n int, live []string, replica string) []int {
 // Family names one kind of timer. Every family has one ZSET per shard under
 // the shard's hash tag. Deadlines live under the configured prefix; the
 // alarm's repeat timers are a second queue of the same kind under
-// "<prefix>:alarm" (Store.Alarm), with a topology and leases of its own.
+// "<prefix>:alarm" (Store.Sub("alarm")), with a topology and leases of its own.
 type Family string
 
 const (
@@ -139,14 +139,12 @@ func (s *Store) Leases(name string) *Store {
 
 // Sub returns the same client under the key layout "<prefix>:<name>",
 // sharing the installation's records: a store for records of its own, such
-// as the generic timers' watermark.
+// as the generic timers' watermark, or a second sharded queue with its own
+// topology and leases, such as the alarm's repeat timers (Sub("alarm"),
+// the layout Keys.Alarm).
 func (s *Store) Sub(name string) *Store {
 	return &Store{c: s.c, k: Keys{prefix: s.k.prefix + ":" + name, root: s.k.root}, gen: s.gen, types: new(typeCodes)}
 }
 
-// Alarm returns the store of the alarm's repeat timers: the same client
-// under the key layout Keys.Alarm, a queue with its own topology and
-// leases.
-func (s *Store) Alarm() *Store {
-	return &Store{c: s.c, k: s.k.Alarm(), gen: s.gen, types: new(typeCodes)}
-}
+// Keys returns the store's key layout: a role names its own keys with it.
+func (s *Store) Keys() Keys { return s.k }

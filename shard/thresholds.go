@@ -29,8 +29,8 @@ func (s *Store) SetOverride(ctx context.Context, id string, threshold time.Durat
 	return nil
 }
 
-// OverridesVersion returns a number that changes whenever overrides do.
-func (s *Store) OverridesVersion(ctx context.Context) (int64, error) {
+// overridesVersion returns a number that changes whenever overrides do.
+func (s *Store) overridesVersion(ctx context.Context) (int64, error) {
 	v, err := s.c.Do(ctx, s.c.B().Get().Key(s.k.OverridesVersion()).Build()).AsInt64()
 	if rueidis.IsRedisNil(err) {
 		return 0, nil
@@ -41,8 +41,8 @@ func (s *Store) OverridesVersion(ctx context.Context) (int64, error) {
 	return v, nil
 }
 
-// Overrides returns every per-device threshold.
-func (s *Store) Overrides(ctx context.Context) (map[string]time.Duration, error) {
+// overrides returns every per-device threshold.
+func (s *Store) overrides(ctx context.Context) (map[string]time.Duration, error) {
 	return hashRecords(ctx, s, s.k.Overrides(), "overrides", func(id, v string) (string, time.Duration, bool) {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		return id, time.Duration(ms) * time.Millisecond, err == nil && ms > 0
@@ -102,7 +102,7 @@ func (t *Thresholds) Max() time.Duration {
 
 // Reload reads the overrides if their version changed.
 func (t *Thresholds) Reload(ctx context.Context) error {
-	v, err := t.store.OverridesVersion(ctx)
+	v, err := t.store.overridesVersion(ctx)
 	if err != nil {
 		return err
 	}
@@ -112,7 +112,7 @@ func (t *Thresholds) Reload(ctx context.Context) error {
 	if same {
 		return nil
 	}
-	m, err := t.store.Overrides(ctx)
+	m, err := t.store.overrides(ctx)
 	if err != nil {
 		return err
 	}

@@ -12,12 +12,12 @@ import (
 //
 // KEYS[1]: watermark key (only routes the call)
 // Returns: {seconds, microseconds}, as TIME.
-var timeScript = newScript(`return redis.call('TIME')`)
+var timeScript = NewScript(`return redis.call('TIME')`)
 
 // Time returns Redis server time: sigwatch's one clock (see
 // internal/clock).
 func (s *Store) Time(ctx context.Context) (time.Time, error) {
-	v, err := timeScript.exec(ctx, s.c, []string{s.k.Watermark()}, nil).Tuple(2)
+	v, err := timeScript.exec(ctx, s.c, []string{s.k.Watermark()}, nil).tuple(2)
 	var sec, usec int64
 	if err == nil {
 		if sec, err = v[0].AsInt64(); err == nil {

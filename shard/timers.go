@@ -20,7 +20,7 @@ import (
 // ARGV[3]: horizon, unix ms: a score at or before it may be claimed now
 // ARGV[4]: "1" to add the member when it is absent
 // Returns: the member's score after the call, or nil when it is absent.
-var armScript = newScript(wakeLua + `
+var armScript = NewScript(wakeLua + `
 local at = tonumber(ARGV[2])
 local cur = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not cur then
@@ -68,7 +68,7 @@ func (s *Store) Arm(ctx context.Context, f Family, i int, id string, at, horizon
 // KEYS[1]: timer ZSET of one shard; KEYS[2]: its wake key
 // ARGV: score, member pairs
 // Returns: 1.
-var setScript = newScript(wakeLua + `
+var setScript = NewScript(wakeLua + `
 local low
 for i = 1, #ARGV, 2 do
   local d = tonumber(ARGV[i])
@@ -166,8 +166,8 @@ func (s *Store) Sizes(ctx context.Context, f Family, shards []int) ([]int64, []e
 	return n, errs
 }
 
-// Head returns the earliest entry of shard i, and false if the shard is empty.
-func (s *Store) Head(ctx context.Context, f Family, i int) (Entry, bool, error) {
+// head returns the earliest entry of shard i, and false if the shard is empty.
+func (s *Store) head(ctx context.Context, f Family, i int) (Entry, bool, error) {
 	v, err := s.c.Do(ctx, s.headCmd(f, i)).ToArray()
 	if err != nil {
 		return Entry{}, false, fmt.Errorf("shard: head of shard %d: %w", i, err)

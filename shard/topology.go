@@ -58,14 +58,18 @@ func (s *Store) InitTopology(ctx context.Context, initial int) (Topology, error)
 	return s.Topology(ctx)
 }
 
-// Topology reads the topology in force.
+// ErrNoTopology is returned by Topology when Redis holds none: a new
+// installation, or a Redis that lost its data.
+var ErrNoTopology = errors.New("shard: no topology in Redis yet: start `sigwatch run` once to create it")
+
+// Topology reads the topology in force, or ErrNoTopology.
 func (s *Store) Topology(ctx context.Context) (Topology, error) {
 	m, err := s.hashAll(ctx, s.k.Topology(), "topology")
 	if err != nil {
 		return Topology{}, err
 	}
 	if len(m) == 0 {
-		return Topology{}, errors.New("shard: no topology in Redis yet: start `sigwatch run` once to create it")
+		return Topology{}, ErrNoTopology
 	}
 	var t Topology
 	t.Shards, _ = strconv.Atoi(m["shards"])

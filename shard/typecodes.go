@@ -39,7 +39,7 @@ func (s *Store) codes() *typeCodes {
 // has none.
 //
 // KEYS[1]: type codes HASH; ARGV[1]: type
-var typeCodeScript = newScript(`
+var typeCodeScript = NewScript(`
 local c = redis.call('HGET', KEYS[1], ARGV[1])
 if c then return c end
 c = tostring(redis.call('HINCRBY', KEYS[1], '#next', 1))

@@ -25,6 +25,11 @@ type Known struct {
 // legacyRegistry names the JSON registry HASH of each partition.
 const legacyRegistry = "reg"
 
+// alarmStates names the HASH of the alarm's per-device states in each
+// partition (a leaf of the alarm's): an upgrade hands them, unread, to the
+// durable registry with the rest of a device.
+const alarmStates = "alarm"
+
 // KnownDevices returns every device Redis knows under t: watched (a
 // deadline in any shard of t), registered, lost, alarmed or with a
 // threshold override. Registry entries in the old JSON form are written
@@ -74,7 +79,7 @@ func (s *Store) KnownDevices(ctx context.Context, t Topology) (map[string]*Known
 	if err != nil {
 		return nil, err
 	}
-	if err := s.scanParts(ctx, stateName, func(id, v string) { get(id).Alarm = v }); err != nil {
+	if err := s.scanParts(ctx, alarmStates, func(id, v string) { get(id).Alarm = v }); err != nil {
 		return nil, err
 	}
 	over, err := s.hashAll(ctx, s.k.Overrides(), "threshold overrides")

@@ -17,7 +17,7 @@ import (
 // byShard under the topology in force. Writers that may lag behind the
 // topology (ingest) use a Writer, which places, fences and re-places.
 func (s *Store) Upsert(ctx context.Context, f Family, byShard map[int][]Entry) ([]string, error) {
-	added, _, err := s.UpsertAt(ctx, f, 0, byShard, nil)
+	added, _, err := s.upsertAt(ctx, f, 0, byShard, nil)
 	return added, err
 }
 
@@ -54,7 +54,7 @@ end`
 // floor is refused and writes nothing: it may hold devices that moved away
 // from this shard, and the drain has already checked the shard clean.
 //
-// UpsertAt runs it only with the ids of a shard that its native ZADD XX GT
+// upsertAt runs it only with the ids of a shard that its native ZADD XX GT
 // CH did not change and ZMSCORE found absent or scored lower. Inside, ZADD
 // XX GT CH again pushes every present member forward and counts what it
 // changed (ARGV already holds the score, member pairs ZADD takes). XX adds
@@ -75,7 +75,7 @@ end`
 // the error STALE when the writer's epoch is below the floor, or LOSTDATA
 // when the shard's generation is not the writer's: an id absent from data
 // Redis lost is not new, and is not added until the data is restored.
-var upsertScript = newScript(wakeLua + writerFence + `
+var upsertScript = NewScript(wakeLua + writerFence + `
 local chunk = 2000
 local changed = 0
 for lo = 3, #ARGV, chunk do
@@ -109,7 +109,7 @@ end
 wake(KEYS[3], low)
 return added`)
 
-// UpsertAt is Upsert by a writer that placed byShard under the topology of
+// upsertAt is Upsert by a writer that placed byShard under the topology of
 // epoch (0: not checked). Shards whose floor is above epoch refuse the
 // write and are returned in refused: their absent ids were not added, and
 // their entries must be placed again under a newer topology.
@@ -130,7 +130,7 @@ return added`)
 // only those it returns are written; the rest are left out, unwritten. So
 // that no id is added unadmitted, a failed native call then fails the
 // shard's write instead of leaving it all to the script.
-func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map[int][]Entry, admit Admit) (added []string, refused []int, err error) {
+func (s *Store) upsertAt(ctx context.Context, f Family, epoch int64, byShard map[int][]Entry, admit Admit) (added []string, refused []int, err error) {
 	if len(byShard) == 0 {
 		return nil, nil, nil
 	}

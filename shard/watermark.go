@@ -86,7 +86,7 @@ end
 // ARGV[1]: new watermark, unix ms; ARGV[2]: outage threshold, ms;
 // ARGV[3]: outages cap; ARGV[4]: the channel a rise is announced on
 // Returns: the watermark after the call.
-var watermarkScript = newScript(recordOutage + `
+var watermarkScript = NewScript(recordOutage + `
 local cur = redis.call('GET', KEYS[1])
 local new = tonumber(ARGV[1])
 if cur and new <= tonumber(cur) then return cur end
@@ -151,29 +151,35 @@ func parseOutage(r string) (Outage, bool) {
 	return Outage{Start: v[0], End: v[1], GraceFrom: v[2]}, true
 }
 
-// WatermarkHead returns the ingest watermark, the number of recorded
-// outages and the last of them: enough for a reader that keeps the outages
-// to tell whether they changed (the list only grows at its end and is
-// trimmed at its start) without reading them all again. An entry that does
-// not parse counts as absent, as Watermark skips it.
-func (s *Store) WatermarkHead(ctx context.Context) (wm, n int64, last Outage, err error) {
+// WatermarkTail returns the ingest watermark (0 if ingest never ran), the
+// number of recorded outages and the last k of them, oldest first, in one
+// round trip: the outage list can hold up to OutagesCap entries, and a
+// view of the fleet wants only the latest. With k 1 it is enough for a
+// reader that keeps the outages to tell whether they changed (the list only
+// grows at its end and is trimmed at its start) without reading them all
+// again. An entry that does not parse is left out, as Watermark skips it.
+func (s *Store) WatermarkTail(ctx context.Context, k int) (wm, n int64, last []Outage, err error) {
 	b := s.c.B()
 	rs := s.c.DoMulti(ctx,
 		b.Get().Key(s.k.Watermark()).Build(),
 		b.Llen().Key(s.k.Outages()).Build(),
-		b.Lindex().Key(s.k.Outages()).Index(-1).Build())
-	wm, err = rs[0].AsInt64()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		return 0, 0, Outage{}, fmt.Errorf("shard: read watermark: %w", err)
+		b.Lrange().Key(s.k.Outages()).Start(int64(-k)).Stop(-1).Build())
+	if wm, err = rs[0].AsInt64(); err != nil && !rueidis.IsRedisNil(err) {
+		return 0, 0, nil, fmt.Errorf("shard: read watermark: %w", err)
 	}
 	if n, err = rs[1].AsInt64(); err != nil {
-		return 0, 0, Outage{}, fmt.Errorf("shard: read outages: %w", err)
+		return 0, 0, nil, fmt.Errorf("shard: read outages: %w", err)
 	}
-	raw, err := rs[2].ToString()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		return 0, 0, Outage{}, fmt.Errorf("shard: read outages: %w", err)
+	raw, err := rs[2].AsStrSlice()
+	if err != nil {
+		return 0, 0, nil, fmt.Errorf("shard: read outages: %w", err)
 	}
-	last, _ = parseOutage(raw)
+	last = make([]Outage, 0, len(raw))
+	for _, r := range raw {
+		if o, ok := parseOutage(r); ok {
+			last = append(last, o)
+		}
+	}
 	return wm, n, last, nil
 }
 
@@ -212,7 +218,7 @@ func (m Member) field() string { return m.Group + "|" + m.ID }
 // began (0: none); ARGV[10]: the channel a rise is announced on
 // Returns: {the global watermark after the call (false if none), outages
 // the cap dropped}.
-var memberScript = newScript(recordOutage + `
+var memberScript = NewScript(recordOutage + `
 local prev = redis.call('HGET', KEYS[1], ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 local now, timeout = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -282,7 +288,7 @@ func (s *Store) AdvanceMember(ctx context.Context, m Member, ms int64, now time.
 		[]string{m.field(), strconv.FormatInt(ms, 10), strconv.FormatInt(now.UnixMilli(), 10),
 			strconv.FormatInt(timeout.Milliseconds(), 10), strconv.FormatInt(o.Gap.Milliseconds(), 10),
 			strconv.FormatInt(o.Keep.Milliseconds(), 10), strconv.Itoa(OutagesCap),
-			strconv.FormatInt(o.Through, 10), strconv.FormatInt(o.GraceFrom, 10), s.k.WatermarkMoves()}).Tuple(2)
+			strconv.FormatInt(o.Through, 10), strconv.FormatInt(o.GraceFrom, 10), s.k.WatermarkMoves()}).tuple(2)
 	if err != nil {
 		return 0, 0, fmt.Errorf("shard: advance watermark of %s: %w", m.ID, err)
 	}

@@ -86,7 +86,7 @@ func Place(es []Entry, n int) map[int][]Entry {
 func (w *Writer) Upsert(ctx context.Context, f Family, es []Entry, admit Admit) ([]string, error) {
 	var added []string
 	err := placed(ctx, w, es, func(e Entry) string { return e.ID }, func(epoch int64, by map[int][]Entry) ([]int, error) {
-		a, refused, err := w.store.UpsertAt(ctx, f, epoch, by, admit)
+		a, refused, err := w.store.upsertAt(ctx, f, epoch, by, admit)
 		added = append(added, a...)
 		return refused, err
 	})
@@ -156,7 +156,7 @@ func (w *Writer) Run(ctx context.Context, now func() time.Time, log *slog.Logger
 	for {
 		if e := w.Epoch(); e != reported || time.Since(at) >= ReportEvery {
 			rctx, cancel := context.WithTimeout(ctx, ReportEvery)
-			err := w.store.ReportWriter(rctx, w.name, e, now())
+			err := w.store.reportWriter(rctx, w.name, e, now())
 			cancel()
 			if err == nil {
 				reported, at = e, time.Now()
@@ -168,7 +168,7 @@ func (w *Writer) Run(ctx context.Context, now func() time.Time, log *slog.Logger
 		case <-ctx.Done():
 			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			defer cancel()
-			if err := w.store.LeaveWriter(lctx, w.name); err != nil && log != nil {
+			if err := w.store.leaveWriter(lctx, w.name); err != nil && log != nil {
 				log.Warn("writer leave failed; its report expires by itself", "writer", w.name, "err", err)
 			}
 			return
@@ -188,14 +188,14 @@ type WriterReport struct {
 	At    int64 // unix ms
 }
 
-// ReportWriter records that writer name writes with epoch or later.
-func (s *Store) ReportWriter(ctx context.Context, name string, epoch int64, now time.Time) error {
+// reportWriter records that writer name writes with epoch or later.
+func (s *Store) reportWriter(ctx context.Context, name string, epoch int64, now time.Time) error {
 	v := strconv.FormatInt(epoch, 10) + ":" + strconv.FormatInt(now.UnixMilli(), 10)
 	return s.hashSet(ctx, s.k.Writers(), name, v, "report writer "+name)
 }
 
-// LeaveWriter removes a writer that stopped writing.
-func (s *Store) LeaveWriter(ctx context.Context, name string) error {
+// leaveWriter removes a writer that stopped writing.
+func (s *Store) leaveWriter(ctx context.Context, name string) error {
 	return s.hashDelete(ctx, s.k.Writers(), name, "leave writer "+name)
 }
 

@@ -140,7 +140,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	// The alarm's repeat timers are a second sharded queue, with the
 	// deadlines' shard count at first and doubled with them.
 	if cfg.hasRole("alarm") || cfg.hasRole("api") && a.pub.Mode() == dispatch.JetStream {
-		a.timers = a.store.Alarm()
+		a.timers = a.store.Sub("alarm")
 	}
 	a.thr = shard.NewThresholds(a.store, cfg.Thresholds.Default, cfg.Thresholds.Types)
 	// Redis's data is known whole (or restored) before anything uses it.

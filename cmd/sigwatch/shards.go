@@ -112,7 +112,7 @@ func cmdShardsDouble(ctx context.Context, args []string, stdout io.Writer) error
 // it does, the next doubling of the deadlines leaves the timers behind,
 // which costs nothing but balance: each queue has its own topology.
 func doubleTimers(ctx context.Context, store *shard.Store, t shard.Topology, now time.Time) string {
-	timers := store.Alarm()
+	timers := store.Sub("alarm")
 	rt, err := timers.Topology(ctx)
 	switch {
 	case err != nil:
@@ -285,7 +285,7 @@ func shardsStatus(ctx context.Context, store *shard.Store, now time.Time) (shard
 	if v.Drain, err = drainStatus(ctx, store, t, now); err != nil {
 		return v, err
 	}
-	timers := store.Alarm()
+	timers := store.Sub("alarm")
 	if rt, err := timers.Topology(ctx); err == nil {
 		v.Timers = &timersView{Topology: rt}
 		sts, err := timers.Status(ctx, shard.Repeats, rt.Shards)

@@ -104,9 +104,13 @@ func (w *watermark) wanted() bool {
 // an outage is recorded before the watermark that jumped over it: a
 // watermark is never paired with outages older than it.
 func (w *watermark) refreshLocked(ctx context.Context) error {
-	wm, n, last, err := w.store.WatermarkHead(ctx)
+	wm, n, tail, err := w.store.WatermarkTail(ctx, 1)
 	if err != nil {
 		return err
+	}
+	var last shard.Outage
+	if len(tail) > 0 {
+		last = tail[0]
 	}
 	if n != w.outN || last != w.outLast {
 		var outs []shard.Outage
