@@ -129,7 +129,7 @@ func (h *harness) playWatermark(ctx context.Context) {
 		if h.clock != nil && h.clock.Now().After(now) {
 			now = h.clock.Now()
 		}
-		_, _ = h.store.AdvanceWatermark(ctx, now.UnixMilli(), time.Hour)
+		_, _ = h.store.Watermarks().Advance(ctx, now.UnixMilli(), time.Hour)
 		select {
 		case <-ctx.Done():
 			return

@@ -390,7 +390,7 @@ func (r *runner) ingestSigwatch(ctx context.Context, name, url string, profile b
 	// Ingest is subscribed once its watermark moves: the probe it sent
 	// after subscribing came back through the broker.
 	if !waitFor(ctx, 20*time.Second, func() bool {
-		wm, _, err := store.Watermark(ctx)
+		wm, _, err := store.Watermarks().Read(ctx)
 		return err == nil && wm >= start.UnixMilli()
 	}) {
 		return rampResult{}, fmt.Errorf("%s: ingest did not subscribe within 20s", what)

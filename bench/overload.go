@@ -117,7 +117,7 @@ func (r *runner) overloadSide(ctx context.Context, surge bool) (overloadRun, err
 		}
 	}()
 	if !waitFor(ctx, 20*time.Second, func() bool {
-		wm, _, err := store.Watermark(ctx)
+		wm, _, err := store.Watermarks().Read(ctx)
 		return err == nil && wm >= start.UnixMilli()
 	}) {
 		return res, fmt.Errorf("ingest did not subscribe within 20s")

@@ -95,7 +95,7 @@ func (r *runner) startScanner(ctx context.Context, standIn bool) (*scanRig, erro
 		return nil, err
 	}
 	if standIn {
-		if _, err := store.AdvanceWatermark(ctx, time.Now().UnixMilli(), 3*time.Second); err != nil {
+		if _, err := store.Watermarks().Advance(ctx, time.Now().UnixMilli(), 3*time.Second); err != nil {
 			rc.Close()
 			return nil, err
 		}
@@ -107,7 +107,7 @@ func (r *runner) startScanner(ctx context.Context, standIn bool) (*scanRig, erro
 	if standIn {
 		g.wg.Go(func() {
 			periodic.Run(rctx, ingest.DefaultProbeInterval, func(now time.Time) {
-				store.AdvanceWatermark(rctx, now.UnixMilli(), 3*time.Second)
+				store.Watermarks().Advance(rctx, now.UnixMilli(), 3*time.Second)
 			})
 		})
 	}

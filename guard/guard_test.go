@@ -181,7 +181,7 @@ func TestRestoreFromRegistryAndStream(t *testing.T) {
 			t.Errorf("%s is lost but was watched again", id)
 		}
 	}
-	_, outages, err := r.store.Watermark(ctx)
+	_, outages, err := r.store.Watermarks().Read(ctx)
 	if err != nil || len(outages) == 0 {
 		t.Fatalf("no outage recorded for the loss: %v %v", outages, err)
 	}

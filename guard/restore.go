@@ -129,7 +129,7 @@ func (g *Guard) restore(ctx context.Context, why string, since int64, token stri
 
 	// The outage covers the restore so far; it is extended to the end
 	// below. Recorded before any shard is claimable again.
-	if err := un.AddOutage(ctx, shard.Outage{Start: since, End: g.o.Now().UnixMilli()}); err != nil {
+	if err := un.Watermarks().AddOutage(ctx, shard.Outage{Start: since, End: g.o.Now().UnixMilli()}); err != nil {
 		return err
 	}
 	g.o.Store.SetGeneration(gen)
@@ -142,7 +142,7 @@ func (g *Guard) restore(ctx context.Context, why string, since int64, token stri
 		}
 	}
 	end := g.o.Now().UnixMilli()
-	if err := un.AddOutage(ctx, shard.Outage{Start: since, End: end}); err != nil {
+	if err := un.Watermarks().AddOutage(ctx, shard.Outage{Start: since, End: end}); err != nil {
 		return err
 	}
 	if err := un.WriteGeneration(ctx, gen, end); err != nil {

@@ -229,7 +229,7 @@ func unstoredUnderWatermarkOn(t *testing.T, r *rig, url string, pause func(bool)
 	var wg sync.WaitGroup
 	checked := 0 // signals 0..checked-1 are confirmed and verified stored
 	check := func() {
-		wm, _, err := r.store.Watermark(t.Context())
+		wm, _, err := r.store.Watermarks().Read(t.Context())
 		if err != nil {
 			return // Redis frozen: try again
 		}
@@ -290,7 +290,7 @@ func unstoredUnderWatermarkOn(t *testing.T, r *rig, url string, pause func(bool)
 	close(toks)
 	testenv.WaitFor(t, 40*time.Second, "every signal under the watermark and checked", func() bool {
 		// The test's goroutine reads checked only after stop.
-		wm, _, _ := r.store.Watermark(t.Context())
+		wm, _, _ := r.store.Watermarks().Read(t.Context())
 		return confirmed[signals-1].Load() != 0 && wm > confirmed[signals-1].Load()
 	})
 	close(stop)

@@ -137,7 +137,7 @@ func (in *Ingest) Run(ctx context.Context) error {
 	// subscription was down is made again).
 	wantsCtx, stopWants := context.WithCancel(ctx)
 	var wants sync.WaitGroup
-	wants.Go(func() { in.pipe.store.WatermarkWants(wantsCtx, nil, in.src.want) })
+	wants.Go(func() { in.pipe.store.Watermarks().Wants(wantsCtx, nil, in.src.want) })
 	err := in.src.run(ctx)
 	stopWants()
 	wants.Wait()

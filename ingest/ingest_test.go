@@ -526,7 +526,7 @@ func TestWatermark(t *testing.T) {
 	ctx := context.Background()
 	run := r.start(t, Options{Config: Config{ProbeInterval: 10 * time.Millisecond, OutageAfter: 500 * time.Millisecond}})
 	watermark := func() (int64, []shard.Outage) {
-		wm, outs, err := r.store.Watermark(ctx)
+		wm, outs, err := r.store.Watermarks().Read(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -611,7 +611,7 @@ func TestSignalAPI(t *testing.T) {
 	// the watermark follows the clock, so HTTP-only fleets are watched too.
 	called := time.Now().UnixMilli()
 	testenv.WaitFor(t, 5*time.Second, "the watermark to pass the Signal calls", func() bool {
-		wm, _, _ := r.store.Watermark(ctx)
+		wm, _, _ := r.store.Watermarks().Read(ctx)
 		return wm >= called
 	})
 	run.stop(t)
@@ -663,7 +663,7 @@ func TestRunStopsWhileBrokerUnreachable(t *testing.T) {
 		t.Fatalf("Signal: %v", err)
 	}
 	testenv.Never(t, 300*time.Millisecond, "the watermark moved without a broker", func() bool {
-		wm, _, _ := r.store.Watermark(context.Background())
+		wm, _, _ := r.store.Watermarks().Read(context.Background())
 		return wm != 0
 	})
 	cancel()
@@ -675,7 +675,7 @@ func TestRunStopsWhileBrokerUnreachable(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return within 5s")
 	}
-	if wm, _, _ := r.store.Watermark(context.Background()); wm != 0 {
+	if wm, _, _ := r.store.Watermarks().Read(context.Background()); wm != 0 {
 		t.Errorf("watermark = %d without a broker, want 0", wm)
 	}
 	testenv.VerifyNone(t, before)
@@ -704,12 +704,12 @@ func TestSharedGroup(t *testing.T) {
 		mustDeadline(t, r, fmt.Sprintf("s%d", j))
 	}
 	testenv.WaitFor(t, 5*time.Second, "both members in the watermark", func() bool {
-		ms, err := r.store.Members(ctx)
+		ms, err := r.store.Watermarks().Members(ctx)
 		return err == nil && ms["g|member-a"] > 0 && ms["g|member-b"] > 0
 	})
 
 	b.stop(t)
-	ms, err := r.store.Members(ctx)
+	ms, err := r.store.Watermarks().Members(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -718,7 +718,7 @@ func TestSharedGroup(t *testing.T) {
 	}
 	now := time.Now().UnixMilli()
 	testenv.WaitFor(t, 5*time.Second, "the watermark to move on with a alone", func() bool {
-		wm, _, err := r.store.Watermark(ctx)
+		wm, _, err := r.store.Watermarks().Read(ctx)
 		return err == nil && wm > now
 	})
 }

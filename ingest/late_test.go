@@ -38,7 +38,7 @@ func TestBacklogDoesNotRecoverLaterLoss(t *testing.T) {
 	// While the member is away its session queues signals. Its watermark
 	// is as a crash leaves it: stored, a minute old.
 	wm := time.Now().Add(-time.Minute).UnixMilli()
-	if _, _, err := r.store.AdvanceMember(ctx, shard.Member{ID: "late-a"}, wm, time.Now(), 0, shard.Outages{Gap: time.Hour}); err != nil {
+	if _, _, err := r.store.Watermarks().AdvanceMember(ctx, shard.Member{ID: "late-a"}, wm, time.Now(), 0, shard.Outages{Gap: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"x", "y", "z"} {
@@ -104,7 +104,7 @@ func TestBacklogWithoutEvidenceRecoversNothing(t *testing.T) {
 	publish(t, dev, "devices/w/signal", "")
 	first.stored(t, 1)
 	first.stop(t) // leaves: its watermark is gone
-	if ms, _ := r.store.Members(ctx); len(ms) != 0 {
+	if ms, _ := r.store.Watermarks().Members(ctx); len(ms) != 0 {
 		t.Fatalf("members %v after a graceful stop, want none", ms)
 	}
 	publish(t, dev, "devices/w/signal", "")

@@ -23,7 +23,7 @@ func TestIdleProbesSlowUntilAsked(t *testing.T) {
 			if during != nil {
 				during()
 			}
-			wm, _, err := r.store.Watermark(ctx)
+			wm, _, err := r.store.Watermarks().Read(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -41,7 +41,7 @@ func TestIdleProbesSlowUntilAsked(t *testing.T) {
 	ask := func() {
 		if time.Since(asked) >= 100*time.Millisecond {
 			asked = time.Now()
-			if err := r.store.WantWatermark(ctx); err != nil {
+			if err := r.store.Watermarks().Want(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -51,16 +51,16 @@ func TestIdleProbesSlowUntilAsked(t *testing.T) {
 	}
 	// The first probe after an ask goes out at once, not at the next tick.
 	time.Sleep(fastHold + 300*time.Millisecond)
-	wm0, _, err := r.store.Watermark(ctx)
+	wm0, _, err := r.store.Watermarks().Read(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	at := time.Now()
-	if err := r.store.WantWatermark(ctx); err != nil {
+	if err := r.store.Watermarks().Want(ctx); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, time.Second, "the watermark to move after one ask", func() bool {
-		wm, _, err := r.store.Watermark(ctx)
+		wm, _, err := r.store.Watermarks().Read(ctx)
 		return err == nil && wm > wm0
 	})
 	if d := time.Since(at); d > 100*time.Millisecond {

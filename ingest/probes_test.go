@@ -141,7 +141,7 @@ func watermarkPasses(t *testing.T, r *rig, run *running, url, topic, id string) 
 		t.Fatalf("no deadline stored for %q", id)
 	}
 	testenv.WaitFor(t, 10*time.Second, "the watermark past the signal", func() bool {
-		wm, _, err := r.store.Watermark(t.Context())
+		wm, _, err := r.store.Watermarks().Read(t.Context())
 		return err == nil && wm > sent
 	})
 }

@@ -212,7 +212,7 @@ func TestStoppingMemberHandsOver(t *testing.T) {
 	if len(m) > 0 {
 		t.Errorf("%d of %d signals never stored, e.g. %v", len(m), n, m[:min(5, len(m))])
 	}
-	ms, err := r.store.Members(context.Background())
+	ms, err := r.store.Watermarks().Members(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func TestMemberJoinsBeforeConsuming(t *testing.T) {
 	o := slow
 	o.ClientID = "fresh"
 	a := r.start(t, o)
-	ms, err := r.store.Members(ctx)
+	ms, err := r.store.Watermarks().Members(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,12 +245,12 @@ func TestMemberJoinsBeforeConsuming(t *testing.T) {
 	}
 
 	const old = 1_000
-	if err := r.store.JoinMember(ctx, shard.Member{Group: "g", ID: "crashed"}, old); err != nil {
+	if err := r.store.Watermarks().Join(ctx, shard.Member{Group: "g", ID: "crashed"}, old); err != nil {
 		t.Fatal(err)
 	}
 	o.ClientID = "crashed"
 	r.start(t, o)
-	if ms, err = r.store.Members(ctx); err != nil {
+	if ms, err = r.store.Watermarks().Members(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := ms["g|crashed"]; got != old {

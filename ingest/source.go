@@ -315,13 +315,13 @@ func (s *source) seed(ctx context.Context, store *shard.Store, member shard.Memb
 func seedWatermarks(ctx context.Context, store *shard.Store, member shard.Member) (own, global int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	members, err := store.Members(ctx)
+	members, err := store.Watermarks().Members(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
 	// Members keys each member "group|id".
 	own = max(members[member.Group+"|"+member.ID], 0)
-	global, _, err = store.Watermark(ctx)
+	global, _, err = store.Watermarks().Read(ctx)
 	return own, global, err
 }
 

@@ -103,7 +103,7 @@ func (w *watermark) run(ctx context.Context) {
 		outs := shard.Outages{Gap: w.opts.OutageAfter, Keep: w.opts.Thresholds.Max() + outageMargin}
 		var gen uint64
 		outs.Through, outs.GraceFrom, gen = w.breaks.report(ms)
-		_, dropped, err := w.store.AdvanceMember(sctx, w.member, ms, w.opts.Now(), w.opts.MemberTimeout, outs)
+		_, dropped, err := w.store.Watermarks().AdvanceMember(sctx, w.member, ms, w.opts.Now(), w.opts.MemberTimeout, outs)
 		cancel()
 		if dropped > 0 {
 			w.log.Error("the outage list reached its cap; the oldest outages were dropped and devices silent across them may be declared lost",
@@ -140,9 +140,9 @@ func (w *watermark) run(ctx context.Context) {
 }
 
 // join records this member in its shared group's watermark at ms, unless
-// it is already there (see shard.Store.JoinMember).
+// it is already there (see shard.Watermarks.Join).
 func (w *watermark) join(ctx context.Context, ms int64) error {
-	return w.store.JoinMember(ctx, w.member, ms)
+	return w.store.Watermarks().Join(ctx, w.member, ms)
 }
 
 // passed waits until the barrier of the probe sent at ms has passed: every
@@ -167,7 +167,7 @@ func (w *watermark) passed(ms int64, wait time.Duration) bool {
 func (w *watermark) leave(ctx context.Context) {
 	lctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	if err := w.store.LeaveMember(lctx, w.member); err != nil {
+	if err := w.store.Watermarks().Leave(lctx, w.member); err != nil {
 		w.log.Warn("leaving the ingest members failed; the group waits for the member timeout", "err", err)
 	}
 }

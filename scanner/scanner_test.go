@@ -129,7 +129,7 @@ func (h *harness) playIngest(ctx context.Context, done chan<- struct{}) {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		h.store.AdvanceWatermark(ctx, time.Now().UnixMilli(), time.Hour)
+		h.store.Watermarks().Advance(ctx, time.Now().UnixMilli(), time.Hour)
 		select {
 		case <-ctx.Done():
 			return
@@ -490,7 +490,7 @@ func TestOutageDefersInsteadOfFiring(t *testing.T) {
 	h := newHarness(t, 1)
 	const gap = 200 * time.Millisecond
 	t0 := time.Now().UnixMilli()
-	if _, err := h.store.AdvanceWatermark(h.ctx, t0, gap); err != nil {
+	if _, err := h.store.Watermarks().Advance(h.ctx, t0, gap); err != nil {
 		t.Fatal(err)
 	}
 	h.add(shard.Entry{ID: "before", Deadline: t0 - 100}, shard.Entry{ID: "b", Deadline: t0 + 300}, shard.Entry{ID: "c", Deadline: t0 + 600})
@@ -505,10 +505,10 @@ func TestOutageDefersInsteadOfFiring(t *testing.T) {
 
 	// Ingest comes back: the watermark jumps and the gap becomes an outage.
 	t1 := time.Now().UnixMilli()
-	if _, err := h.store.AdvanceWatermark(h.ctx, t1, gap); err != nil {
+	if _, err := h.store.Watermarks().Advance(h.ctx, t1, gap); err != nil {
 		t.Fatal(err)
 	}
-	if _, outs, _ := h.store.Watermark(h.ctx); !slices.Equal(outs, []shard.Outage{{Start: t0, End: t1}}) {
+	if _, outs, _ := h.store.Watermarks().Read(h.ctx); !slices.Equal(outs, []shard.Outage{{Start: t0, End: t1}}) {
 		t.Fatalf("got outages %v, want [%d:%d]", outs, t0, t1)
 	}
 	// A device silent since long before the outage is not protected by it.
@@ -553,7 +553,7 @@ func TestOutageDefersInsteadOfFiring(t *testing.T) {
 func TestWatermarkWakesWaitingShard(t *testing.T) {
 	h := newHarness(t, 1)
 	t0 := time.Now().UnixMilli()
-	if _, err := h.store.AdvanceWatermark(h.ctx, t0, time.Hour); err != nil {
+	if _, err := h.store.Watermarks().Advance(h.ctx, t0, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	h.add(shard.Entry{ID: "w", Deadline: t0 + 50})
@@ -564,7 +564,7 @@ func TestWatermarkWakesWaitingShard(t *testing.T) {
 		return len(h.lost.Bodies(of("w"))) > 0
 	})
 	wm := time.Now().UnixMilli()
-	if _, err := h.store.AdvanceWatermark(h.ctx, wm, time.Hour); err != nil {
+	if _, err := h.store.Watermarks().Advance(h.ctx, wm, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 5*time.Second, "w to fire once the watermark passed it", func() bool { return len(h.lost.Bodies(of("w"))) == 1 })

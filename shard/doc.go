@@ -32,7 +32,8 @@
 //	               (Wakes delivers the notices)
 //	lease.go       leases (Acquire, RenewAll, Release, Owner) and scanner
 //	               membership (Heartbeat, Leave)
-//	watermark.go   the ingest watermark, its outages, ingest members
+//	watermark.go   Watermarks: the ingest watermark, its outages, ingest
+//	               members (the notices of its moves are in wake.go)
 //	registry.go    device types, sightings, lost marks
 //	lostmarks.go   the lost marks of a scanner's batch: marked before
 //	               publishing, undone when not published

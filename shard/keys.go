@@ -109,11 +109,11 @@ func (k Keys) Watermark() string { return k.meta("watermark") }
 
 // WatermarkWants is the pub/sub channel on which a scanner that waits for
 // a later watermark asks ingest to probe at its full rate (see
-// Store.WantWatermark).
+// Watermarks.Want).
 func (k Keys) WatermarkWants() string { return k.prefix + ":wm:want" }
 
 // WatermarkMoves is the pub/sub channel on which every rise of the
-// watermark is announced, with its new value (see Store.WatermarkMoves).
+// watermark is announced, with its new value (see Watermarks.Moves).
 func (k Keys) WatermarkMoves() string { return k.prefix + ":wm:moved" }
 
 // Outages lists the gaps in the watermark, "start:end" in unix ms.

@@ -46,7 +46,7 @@ func TestManyOutagesKeepAnOldOne(t *testing.T) {
 	base := int64(1_700_000_000_000)
 	advance := func(ms int64) {
 		t.Helper()
-		if _, err := s.AdvanceWatermark(ctx, ms, gap); err != nil {
+		if _, err := s.Watermarks().Advance(ctx, ms, gap); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -58,7 +58,7 @@ func TestManyOutagesKeepAnOldOne(t *testing.T) {
 	advance(base + 11*60_000)
 	// Scanners lag; 300 more outages come after the deadline.
 	recordOutages(t, ctx, advance, deadline, 300)
-	_, outs, err := s.Watermark(ctx)
+	_, outs, err := s.Watermarks().Read(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,13 +77,13 @@ func TestOutagesAgeOutAndMerge(t *testing.T) {
 	base := int64(1_700_000_000_000)
 	advance := func(ms int64) {
 		t.Helper()
-		if _, dropped, err := s.AdvanceMember(ctx, m, ms, time.UnixMilli(ms), 0, o); err != nil || dropped != 0 {
+		if _, dropped, err := s.Watermarks().AdvanceMember(ctx, m, ms, time.UnixMilli(ms), 0, o); err != nil || dropped != 0 {
 			t.Fatalf("advance to base%+d: dropped %d, err %v", ms-base, dropped, err)
 		}
 	}
 	read := func() []shard.Outage {
 		t.Helper()
-		_, outs, err := s.Watermark(ctx)
+		_, outs, err := s.Watermarks().Read(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

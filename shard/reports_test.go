@@ -76,7 +76,7 @@ func TestFleetCounts(t *testing.T) {
 // outages.
 func TestWatermarkTail(t *testing.T) {
 	ctx, s := newStore(t)
-	if wm, n, last, err := s.WatermarkTail(ctx, 5); err != nil || wm != 0 || n != 0 || len(last) != 0 {
+	if wm, n, last, err := s.Watermarks().Tail(ctx, 5); err != nil || wm != 0 || n != 0 || len(last) != 0 {
 		t.Fatalf("before ingest: wm %d, n %d, last %v, err %v; want nothing", wm, n, last, err)
 	}
 	ms := int64(1_000_000)
@@ -85,12 +85,12 @@ func TestWatermarkTail(t *testing.T) {
 		// each records one outage of its own.
 		for _, step := range []int64{10_000, 1_000} {
 			ms += step
-			if _, err := s.AdvanceWatermark(ctx, ms, 3*time.Second); err != nil {
+			if _, err := s.Watermarks().Advance(ctx, ms, 3*time.Second); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	wm, n, last, err := s.WatermarkTail(ctx, 5)
+	wm, n, last, err := s.Watermarks().Tail(ctx, 5)
 	if err != nil || wm != ms || n != 7 || len(last) != 5 {
 		t.Fatalf("wm %d, n %d, last %v, err %v; want wm %d, 7 outages, the last 5", wm, n, last, err, ms)
 	}

@@ -47,8 +47,8 @@ return record(KEYS[1], ARGV[1], ARGV[2], 0, tonumber(ARGV[3]))`)
 // AddOutage records o in the ingest outage list: the scanners' outage rule
 // (invariant 6) then gives every device whose silence overlaps it a full
 // threshold from its end.
-func (s *Store) AddOutage(ctx context.Context, o Outage) error {
-	err := outageScript.exec(ctx, s.c, []string{s.k.Outages()},
+func (w Watermarks) AddOutage(ctx context.Context, o Outage) error {
+	err := outageScript.exec(ctx, w.s.c, []string{w.s.k.Outages()},
 		[]string{strconv.FormatInt(o.Start, 10), strconv.FormatInt(o.End, 10), strconv.Itoa(OutagesCap)}).Error()
 	if err != nil {
 		return fmt.Errorf("shard: record outage: %w", err)

@@ -78,32 +78,32 @@ func (s *Store) subscribe(ctx context.Context, channel string, subscribed func()
 	}
 }
 
-// WantWatermark asks every ingest process to probe at its full rate for a
+// Want asks every ingest process to probe at its full rate for a
 // while: a scanner has something due by the clock that waits for a later
 // watermark. An idle ingest probes slower, so that a quiet installation
-// costs little; see WatermarkWants.
-func (s *Store) WantWatermark(ctx context.Context) error {
-	if err := s.c.Do(ctx, s.c.B().Publish().Channel(s.k.WatermarkWants()).Message("1").Build()).Error(); err != nil {
+// costs little; see Wants.
+func (w Watermarks) Want(ctx context.Context) error {
+	if err := w.s.c.Do(ctx, w.s.c.B().Publish().Channel(w.s.k.WatermarkWants()).Message("1").Build()).Error(); err != nil {
 		return fmt.Errorf("shard: ask for the watermark: %w", err)
 	}
 	return nil
 }
 
-// WatermarkWants calls wanted for each WantWatermark of any process until
+// Wants calls wanted for each Want of any process until
 // ctx is done, and subscribed (if not nil) each time the subscription
 // stands. Asks made while it was down are lost; a waiting scanner asks
 // again every 100ms. Neither callback may block.
-func (s *Store) WatermarkWants(ctx context.Context, subscribed, wanted func()) {
-	s.subscribe(ctx, s.k.WatermarkWants(), subscribed, func(string) { wanted() })
+func (w Watermarks) Wants(ctx context.Context, subscribed, wanted func()) {
+	w.s.subscribe(ctx, w.s.k.WatermarkWants(), subscribed, func(string) { wanted() })
 }
 
-// WatermarkMoves calls moved each time the watermark rises, until ctx is
+// Moves calls moved each time the watermark rises, until ctx is
 // done, and subscribed (if not nil) each time the subscription stands: a
 // scanner waiting for a later watermark reads it at once instead of a poll
 // later. Rises announced while it was down are lost; the waiting scanner
 // still polls. Neither callback may block.
-func (s *Store) WatermarkMoves(ctx context.Context, subscribed, moved func()) {
-	s.subscribe(ctx, s.k.WatermarkMoves(), subscribed, func(string) { moved() })
+func (w Watermarks) Moves(ctx context.Context, subscribed, moved func()) {
+	w.s.subscribe(ctx, w.s.k.WatermarkMoves(), subscribed, func(string) { moved() })
 }
 
 // wakeShard is the shard index of a wake key.

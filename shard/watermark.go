@@ -16,6 +16,15 @@ import (
 // members together consumed; a jump larger than the outage threshold is
 // recorded as an outage.
 
+// Watermarks is the ingest watermark of an installation: how far ingest has
+// consumed, its outages and members, and the notices that it moved or is
+// wanted. Ingest writes it; the engine, the scanner, the timers and the
+// guard read it.
+type Watermarks struct{ s *Store }
+
+// Watermarks returns the ingest watermark's operations.
+func (s *Store) Watermarks() Watermarks { return Watermarks{s} }
+
 // Outage is a gap in the ingest watermark: ingest was not known to be
 // consuming between Start and End (unix ms).
 type Outage struct {
@@ -97,25 +106,25 @@ redis.call('SET', KEYS[1], ARGV[1])
 redis.call('PUBLISH', ARGV[4], ARGV[1])
 return ARGV[1]`)
 
-// AdvanceWatermark moves the ingest watermark forward to ms. A jump larger
+// Advance moves the ingest watermark forward to ms. A jump larger
 // than gap is recorded as an outage. It keeps outages up to OutagesCap;
 // ingest members use AdvanceMember, which also drops them by age.
-func (s *Store) AdvanceWatermark(ctx context.Context, ms int64, gap time.Duration) (int64, error) {
-	v, err := watermarkScript.exec(ctx, s.c, []string{s.k.Watermark(), s.k.Outages()},
-		[]string{strconv.FormatInt(ms, 10), strconv.FormatInt(gap.Milliseconds(), 10), strconv.Itoa(OutagesCap), s.k.WatermarkMoves()}).AsInt64()
+func (w Watermarks) Advance(ctx context.Context, ms int64, gap time.Duration) (int64, error) {
+	v, err := watermarkScript.exec(ctx, w.s.c, []string{w.s.k.Watermark(), w.s.k.Outages()},
+		[]string{strconv.FormatInt(ms, 10), strconv.FormatInt(gap.Milliseconds(), 10), strconv.Itoa(OutagesCap), w.s.k.WatermarkMoves()}).AsInt64()
 	if err != nil {
 		return 0, fmt.Errorf("shard: advance watermark: %w", err)
 	}
 	return v, nil
 }
 
-// Watermark returns the ingest watermark (0 if ingest never ran) and the
+// Read returns the ingest watermark (0 if ingest never ran) and the
 // recorded outages, oldest first.
-func (s *Store) Watermark(ctx context.Context) (int64, []Outage, error) {
-	b := s.c.B()
-	rs := s.c.DoMulti(ctx,
-		b.Get().Key(s.k.Watermark()).Build(),
-		b.Lrange().Key(s.k.Outages()).Start(0).Stop(-1).Build())
+func (w Watermarks) Read(ctx context.Context) (int64, []Outage, error) {
+	b := w.s.c.B()
+	rs := w.s.c.DoMulti(ctx,
+		b.Get().Key(w.s.k.Watermark()).Build(),
+		b.Lrange().Key(w.s.k.Outages()).Start(0).Stop(-1).Build())
 	wm, err := rs[0].AsInt64()
 	if err != nil && !rueidis.IsRedisNil(err) {
 		return 0, nil, fmt.Errorf("shard: read watermark: %w", err)
@@ -151,19 +160,19 @@ func parseOutage(r string) (Outage, bool) {
 	return Outage{Start: v[0], End: v[1], GraceFrom: v[2]}, true
 }
 
-// WatermarkTail returns the ingest watermark (0 if ingest never ran), the
+// Tail returns the ingest watermark (0 if ingest never ran), the
 // number of recorded outages and the last k of them, oldest first, in one
 // round trip: the outage list can hold up to OutagesCap entries, and a
 // view of the fleet wants only the latest. With k 1 it is enough for a
 // reader that keeps the outages to tell whether they changed (the list only
 // grows at its end and is trimmed at its start) without reading them all
 // again. An entry that does not parse is left out, as Watermark skips it.
-func (s *Store) WatermarkTail(ctx context.Context, k int) (wm, n int64, last []Outage, err error) {
-	b := s.c.B()
-	rs := s.c.DoMulti(ctx,
-		b.Get().Key(s.k.Watermark()).Build(),
-		b.Llen().Key(s.k.Outages()).Build(),
-		b.Lrange().Key(s.k.Outages()).Start(int64(-k)).Stop(-1).Build())
+func (w Watermarks) Tail(ctx context.Context, k int) (wm, n int64, last []Outage, err error) {
+	b := w.s.c.B()
+	rs := w.s.c.DoMulti(ctx,
+		b.Get().Key(w.s.k.Watermark()).Build(),
+		b.Llen().Key(w.s.k.Outages()).Build(),
+		b.Lrange().Key(w.s.k.Outages()).Start(int64(-k)).Stop(-1).Build())
 	if wm, err = rs[0].AsInt64(); err != nil && !rueidis.IsRedisNil(err) {
 		return 0, 0, nil, fmt.Errorf("shard: read watermark: %w", err)
 	}
@@ -283,12 +292,12 @@ type Outages struct {
 // moves the global watermark accordingly (see memberScript), recording a
 // jump as an outage as o says. It returns the global watermark (0 if none)
 // and how many outages OutagesCap dropped, which is not meant to happen.
-func (s *Store) AdvanceMember(ctx context.Context, m Member, ms int64, now time.Time, timeout time.Duration, o Outages) (wm, dropped int64, err error) {
-	vs, err := memberScript.exec(ctx, s.c, []string{s.k.Members(), s.k.Watermark(), s.k.Outages()},
+func (w Watermarks) AdvanceMember(ctx context.Context, m Member, ms int64, now time.Time, timeout time.Duration, o Outages) (wm, dropped int64, err error) {
+	vs, err := memberScript.exec(ctx, w.s.c, []string{w.s.k.Members(), w.s.k.Watermark(), w.s.k.Outages()},
 		[]string{m.field(), strconv.FormatInt(ms, 10), strconv.FormatInt(now.UnixMilli(), 10),
 			strconv.FormatInt(timeout.Milliseconds(), 10), strconv.FormatInt(o.Gap.Milliseconds(), 10),
 			strconv.FormatInt(o.Keep.Milliseconds(), 10), strconv.Itoa(OutagesCap),
-			strconv.FormatInt(o.Through, 10), strconv.FormatInt(o.GraceFrom, 10), s.k.WatermarkMoves()}).tuple(2)
+			strconv.FormatInt(o.Through, 10), strconv.FormatInt(o.GraceFrom, 10), w.s.k.WatermarkMoves()}).tuple(2)
 	if err != nil {
 		return 0, 0, fmt.Errorf("shard: advance watermark of %s: %w", m.ID, err)
 	}
@@ -299,28 +308,28 @@ func (s *Store) AdvanceMember(ctx context.Context, m Member, ms int64, now time.
 	return wm, dropped, nil
 }
 
-// JoinMember records that member m takes part in its group from ms on:
+// Join records that member m takes part in its group from ms on:
 // nothing was routed to it before ms, so the group has consumed up to ms as
 // far as m is concerned, and its watermark waits for m from then on. A
 // member already recorded keeps its watermark: one that restarts after a
 // crash must not vouch for what its last run dropped.
-func (s *Store) JoinMember(ctx context.Context, m Member, ms int64) error {
-	cmd := s.c.B().Hsetnx().Key(s.k.Members()).Field(m.field()).Value(strconv.FormatInt(ms, 10)).Build()
-	if err := s.c.Do(ctx, cmd).Error(); err != nil {
+func (w Watermarks) Join(ctx context.Context, m Member, ms int64) error {
+	cmd := w.s.c.B().Hsetnx().Key(w.s.k.Members()).Field(m.field()).Value(strconv.FormatInt(ms, 10)).Build()
+	if err := w.s.c.Do(ctx, cmd).Error(); err != nil {
 		return fmt.Errorf("shard: join ingest member %s: %w", m.ID, err)
 	}
 	return nil
 }
 
-// LeaveMember removes a member that stopped consuming on purpose, so its
+// Leave removes a member that stopped consuming on purpose, so its
 // group's watermark no longer waits for it.
-func (s *Store) LeaveMember(ctx context.Context, m Member) error {
-	return s.hashDelete(ctx, s.k.Members(), m.field(), "leave ingest member "+m.ID)
+func (w Watermarks) Leave(ctx context.Context, m Member) error {
+	return w.s.hashDelete(ctx, w.s.k.Members(), m.field(), "leave ingest member "+m.ID)
 }
 
 // Members returns every ingest member's watermark, keyed "group|id".
-func (s *Store) Members(ctx context.Context) (map[string]int64, error) {
-	m, err := s.c.Do(ctx, s.c.B().Hgetall().Key(s.k.Members()).Build()).AsIntMap()
+func (w Watermarks) Members(ctx context.Context) (map[string]int64, error) {
+	m, err := w.s.c.Do(ctx, w.s.c.B().Hgetall().Key(w.s.k.Members()).Build()).AsIntMap()
 	if err != nil {
 		return nil, fmt.Errorf("shard: read ingest members: %w", err)
 	}

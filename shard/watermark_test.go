@@ -13,16 +13,16 @@ import (
 // jump larger than the gap is recorded as an outage (invariant 6's input).
 func TestWatermarkRecordsOutages(t *testing.T) {
 	ctx, s := newStore(t)
-	if wm, outs, err := s.Watermark(ctx); err != nil || wm != 0 || len(outs) != 0 {
+	if wm, outs, err := s.Watermarks().Read(ctx); err != nil || wm != 0 || len(outs) != 0 {
 		t.Fatalf("fresh: got %d %v %v, want 0 and no outages", wm, outs, err)
 	}
 	gap := time.Second
 	for _, ms := range []int64{10_000, 10_500, 10_200, 11_000, 15_000, 15_100} {
-		if _, err := s.AdvanceWatermark(ctx, ms, gap); err != nil {
+		if _, err := s.Watermarks().Advance(ctx, ms, gap); err != nil {
 			t.Fatal(err)
 		}
 	}
-	wm, outs, err := s.Watermark(ctx)
+	wm, outs, err := s.Watermarks().Read(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestMemberWatermark(t *testing.T) {
 	b := shard.Member{Group: "g", ID: "b"}
 	adv := func(m shard.Member, at time.Duration, now time.Duration) int64 {
 		t.Helper()
-		wm, _, err := s.AdvanceMember(ctx, m, base.Add(at).UnixMilli(), base.Add(now), timeout, shard.Outages{Gap: gap})
+		wm, _, err := s.Watermarks().AdvanceMember(ctx, m, base.Add(at).UnixMilli(), base.Add(now), timeout, shard.Outages{Gap: gap})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +65,7 @@ func TestMemberWatermark(t *testing.T) {
 	want(adv(a, 5*time.Second, 5*time.Second), time.Second)
 	want(adv(a, 11*time.Second, 11*time.Second), time.Second)
 	want(adv(a, 12*time.Second, 12*time.Second), 12*time.Second) // b dropped
-	_, outs, err := s.Watermark(ctx)
+	_, outs, err := s.Watermarks().Read(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,10 +76,10 @@ func TestMemberWatermark(t *testing.T) {
 	// watermark while the group lags.
 	solo := shard.Member{ID: "solo"}
 	want(adv(solo, 20*time.Second, 20*time.Second), 20*time.Second)
-	if err := s.LeaveMember(ctx, solo); err != nil {
+	if err := s.Watermarks().Leave(ctx, solo); err != nil {
 		t.Fatal(err)
 	}
-	ms, err := s.Members(ctx)
+	ms, err := s.Watermarks().Members(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestMemberBreakOutage(t *testing.T) {
 		if o.GraceFrom != 0 {
 			o.GraceFrom += base
 		}
-		wm, _, err := s.AdvanceMember(ctx, m, base+at, time.UnixMilli(base+at), 0, o)
+		wm, _, err := s.Watermarks().AdvanceMember(ctx, m, base+at, time.UnixMilli(base+at), 0, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +115,7 @@ func TestMemberBreakOutage(t *testing.T) {
 	}
 	outages := func() []shard.Outage {
 		t.Helper()
-		_, outs, err := s.Watermark(ctx)
+		_, outs, err := s.Watermarks().Read(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,10 +167,10 @@ func TestMemberBreakOutage(t *testing.T) {
 	}
 	// An outage recorded later that begins earlier merges into the last
 	// one it overlaps; one entirely before it is an outage of its own.
-	if err := s.AddOutage(ctx, shard.Outage{Start: base + 7_000, End: base + 8_500}); err != nil {
+	if err := s.Watermarks().AddOutage(ctx, shard.Outage{Start: base + 7_000, End: base + 8_500}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddOutage(ctx, shard.Outage{Start: base + 6_000, End: base + 6_500}); err != nil {
+	if err := s.Watermarks().AddOutage(ctx, shard.Outage{Start: base + 6_000, End: base + 6_500}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := outages()[1:], []shard.Outage{{Start: 7_000, End: 9_000}, {Start: 6_000, End: 6_500}}; !slices.Equal(got, want) {
@@ -188,7 +188,7 @@ func TestWatermarkRisesAreAnnounced(t *testing.T) {
 	moved := make(chan struct{}, 16)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go s.WatermarkMoves(sctx, func() { subscribed <- struct{}{} }, func() { moved <- struct{}{} })
+	go s.Watermarks().Moves(sctx, func() { subscribed <- struct{}{} }, func() { moved <- struct{}{} })
 	select {
 	case <-subscribed:
 	case <-time.After(5 * time.Second):
@@ -208,20 +208,20 @@ func TestWatermarkRisesAreAnnounced(t *testing.T) {
 		}
 	}
 	base := time.Now().UnixMilli()
-	if _, err := s.AdvanceWatermark(ctx, base, time.Hour); err != nil {
+	if _, err := s.Watermarks().Advance(ctx, base, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	expect("first watermark", true)
-	if _, err := s.AdvanceWatermark(ctx, base, time.Hour); err != nil {
+	if _, err := s.Watermarks().Advance(ctx, base, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	expect("the same watermark again", false)
 	m := shard.Member{ID: "a"}
-	if _, _, err := s.AdvanceMember(ctx, m, base+10, time.UnixMilli(base+10), 0, shard.Outages{Gap: time.Hour}); err != nil {
+	if _, _, err := s.Watermarks().AdvanceMember(ctx, m, base+10, time.UnixMilli(base+10), 0, shard.Outages{Gap: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	expect("a member's rise", true)
-	if _, _, err := s.AdvanceMember(ctx, m, base+5, time.UnixMilli(base+10), 0, shard.Outages{Gap: time.Hour}); err != nil {
+	if _, _, err := s.Watermarks().AdvanceMember(ctx, m, base+5, time.UnixMilli(base+10), 0, shard.Outages{Gap: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	expect("a member behind the watermark", false)

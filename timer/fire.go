@@ -146,7 +146,7 @@ func (s *Service) advanceWatermark(ctx context.Context) error {
 	wantsCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	wants.Go(func() {
-		s.wm.WatermarkWants(wantsCtx, nil, func() {
+		s.wm.Watermarks().Wants(wantsCtx, nil, func() {
 			fastUntil.Store(time.Now().Add(wantHold).UnixNano())
 			select {
 			case asked <- struct{}{}:
@@ -183,7 +183,7 @@ func (s *Service) advanceWatermark(ctx context.Context) error {
 			}
 		}
 		if ok {
-			if _, err := s.wm.AdvanceWatermark(ctx, wm.UnixMilli(), noOutages); err != nil && ctx.Err() == nil {
+			if _, err := s.wm.Watermarks().Advance(ctx, wm.UnixMilli(), noOutages); err != nil && ctx.Err() == nil {
 				s.warnOnce("timer watermark not advanced", err)
 			}
 		}

@@ -258,7 +258,7 @@ func advanceWatermark(ctx context.Context, store *shard.Store) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		_, _ = store.AdvanceWatermark(ctx, time.Now().UnixMilli(), time.Hour)
+		_, _ = store.Watermarks().Advance(ctx, time.Now().UnixMilli(), time.Hour)
 		select {
 		case <-ctx.Done():
 			return

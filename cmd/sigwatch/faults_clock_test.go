@@ -50,7 +50,7 @@ func watchMembers(t *testing.T, env *testenv.Env) *memberWatch {
 				return
 			case <-tick.C:
 			}
-			ms, err := store.Members(ctx)
+			ms, err := store.Watermarks().Members(ctx)
 			if err != nil {
 				continue
 			}
@@ -279,7 +279,7 @@ func runClockSkew(t *testing.T, group string) {
 			t.Errorf("%s logged nothing about its clock being %v off", p.log, skew)
 		}
 	}
-	if _, outs, err := env.Store(t, "sw").Watermark(context.Background()); err != nil {
+	if _, outs, err := env.Store(t, "sw").Watermarks().Read(context.Background()); err != nil {
 		t.Fatal(err)
 	} else if len(outs) > 0 {
 		t.Errorf("%d outages recorded while ingest ran throughout, first %+v", len(outs), outs[0])

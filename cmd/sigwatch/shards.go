@@ -274,7 +274,7 @@ func shardsStatus(ctx context.Context, store *shard.Store, now time.Time) (shard
 	if err != nil {
 		return shardsView{}, err
 	}
-	wm, _, err := store.Watermark(ctx)
+	wm, _, err := store.Watermarks().Read(ctx)
 	if err != nil {
 		return shardsView{}, err
 	}

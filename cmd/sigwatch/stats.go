@@ -500,7 +500,7 @@ func (s *fleetStats) compute(ctx context.Context) (statsView, error) {
 	if v.Watched, v.Lost, err = s.store.Fleet(ctx, t.Shards); err != nil {
 		return v, err
 	}
-	wm, n, outs, err := s.store.WatermarkTail(ctx, lastOutages)
+	wm, n, outs, err := s.store.Watermarks().Tail(ctx, lastOutages)
 	if err != nil {
 		return v, err
 	}

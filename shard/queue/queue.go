@@ -286,7 +286,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	}()
 	go func() {
 		defer close(moves)
-		e.wm.store.WatermarkMoves(loopCtx, e.wm.notify, e.wm.notify)
+		e.wm.store.Watermarks().Moves(loopCtx, e.wm.notify, e.wm.notify)
 	}()
 	defer func() {
 		cancelLoops()

@@ -34,7 +34,7 @@ func newHarness(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.AdvanceWatermark(ctx, time.Now().Add(time.Hour).UnixMilli(), time.Hour); err != nil {
+	if _, err := store.Watermarks().Advance(ctx, time.Now().Add(time.Hour).UnixMilli(), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	return &harness{t: t, env: env, ctx: ctx, store: store, topo: topo}

@@ -104,7 +104,7 @@ func (w *watermark) wanted() bool {
 // an outage is recorded before the watermark that jumped over it: a
 // watermark is never paired with outages older than it.
 func (w *watermark) refreshLocked(ctx context.Context) error {
-	wm, n, tail, err := w.store.WatermarkTail(ctx, 1)
+	wm, n, tail, err := w.store.Watermarks().Tail(ctx, 1)
 	if err != nil {
 		return err
 	}
@@ -114,7 +114,7 @@ func (w *watermark) refreshLocked(ctx context.Context) error {
 	}
 	if n != w.outN || last != w.outLast {
 		var outs []shard.Outage
-		if wm, outs, err = w.store.Watermark(ctx); err != nil {
+		if wm, outs, err = w.store.Watermarks().Read(ctx); err != nil {
 			return err
 		}
 		w.outages, w.outN, w.outLast = outs, n, last
@@ -151,7 +151,7 @@ func (w *watermark) run(ctx context.Context) {
 		}
 		if time.Since(asked) >= askEvery {
 			asked = time.Now()
-			_ = w.store.WantWatermark(ctx)
+			_ = w.store.Watermarks().Want(ctx)
 		}
 		w.mu.Lock()
 		_ = w.refreshLocked(ctx)
