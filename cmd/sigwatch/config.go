@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"os"
 	"reflect"
 	"slices"
@@ -17,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sigwatch/sigwatch/alarm"
+	"github.com/sigwatch/sigwatch/api"
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/ingest"
 	"github.com/sigwatch/sigwatch/shard"
@@ -43,19 +43,13 @@ type Config struct {
 	Alarm      alarm.Config           `yaml:"alarm"`
 	Storm      alarm.StormConfig      `yaml:"storm"`
 	Timers     timer.Config           `yaml:"timers"`
-	HTTP       HTTPConfig             `yaml:"http"`
+	HTTP       api.Config             `yaml:"http"`
 }
 
 // LogConfig selects the log format ("text" or "json") and level.
 type LogConfig struct {
 	Format string `yaml:"format"`
 	Level  string `yaml:"level"`
-}
-
-// HTTPConfig is the admin API and metrics listener.
-type HTTPConfig struct {
-	Addr  string `yaml:"addr"`
-	Token string `yaml:"token"`
 }
 
 // roles lists every role a process can run.
@@ -77,7 +71,7 @@ func DefaultConfig() Config {
 		Alarm:      alarm.DefaultConfig(),
 		Storm:      alarm.DefaultStormConfig(),
 		Timers:     timer.DefaultConfig(),
-		HTTP:       HTTPConfig{Addr: "127.0.0.1:8080"},
+		HTTP:       api.DefaultConfig(),
 	}
 }
 
@@ -223,12 +217,7 @@ func (c Config) Validate() error {
 		bad("the alarm role needs nats.mode jetstream (it consumes lost and recovered events from the stream): use jetstream, or leave alarm out of roles")
 	}
 	if c.hasRole("api") {
-		host, _, err := net.SplitHostPort(c.HTTP.Addr)
-		if err != nil {
-			bad("http.addr %q: %v", c.HTTP.Addr, err)
-		} else if !isLoopback(host) && c.HTTP.Token == "" {
-			bad("http.addr %s is not loopback: set http.token (SIGWATCH_HTTP_TOKEN) so the API is not open to the network", c.HTTP.Addr)
-		}
+		errs = append(errs, c.HTTP.Validate())
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("config: %w", err)
@@ -261,11 +250,3 @@ func (c Config) Warnings() []string {
 }
 
 func (c Config) hasRole(r string) bool { return slices.Contains(c.Roles, r) }
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}

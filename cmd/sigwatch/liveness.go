@@ -2,14 +2,12 @@ package main
 
 import (
 	"fmt"
-	"net/http"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 )
 
-// liveness is what GET /healthz answers: whether the process's long-running
+// liveness is what GET /healthz answers (api.Options.Stalled): whether the process's long-running
 // loops still make progress. Each watched role beats whenever its loop reads
 // the clock; the scanner and alarm coordinators do so every rebalance period
 // (500ms) whatever Redis, NATS or the broker do, because every call they make
@@ -92,12 +90,4 @@ func (l *liveness) stall(role string) (release func()) {
 		l.roles[role].hold.Store(nil)
 		close(ch)
 	}
-}
-
-func (a *App) healthz(w http.ResponseWriter, r *http.Request) {
-	if s := a.live.stalled(); len(s) > 0 {
-		http.Error(w, "stalled: "+strings.Join(s, ", "), http.StatusServiceUnavailable)
-		return
-	}
-	_, _ = w.Write([]byte("ok\n"))
 }
