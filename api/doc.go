@@ -9,7 +9,7 @@
 // What lives where:
 //
 //   - api.go: Config (the http section), Options, API, Handler (the
-//     routes) and the bearer token.
+//     routes), Serve, and the bearer token.
 //   - respond.go: writeJSON, the error-to-status mapping, the limit of a
 //     listing, the id check ingest shares.
 //   - health.go: /healthz (liveness) and /readyz (readiness).

@@ -12,11 +12,11 @@
 //   - main.go: the subcommands and signal handling.
 //   - config.go: Config, composed of the sections each package owns, loaded
 //     from YAML with the SIGWATCH_* environment overlaid; unknown keys are
-//     refused. configcheck.go: sigwatch config check and healthcheck.
+//     refused (internal/yamlenv reads it). configcheck.go: sigwatch config
+//     check and healthcheck.
 //   - run.go: App and Start; wire.go: each step of wiring the roles to
 //     Redis, NATS and the broker; group.go runs them as an ordered group
-//     that stops in reverse; liveness.go: what /healthz reports;
-//     metrics.go: the NATS connection gauge.
+//     that stops in reverse; metrics.go: the NATS connection gauge.
 //   - admin.go: the commands that talk to a running sigwatch's API, and
 //     their flags; lists.go, storms.go, stats.go, timers.go: the listing,
 //     storm, stats and timer commands; shards.go: sigwatch shards, on Redis

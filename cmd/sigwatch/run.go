@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -16,10 +15,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sigwatch/sigwatch/alarm"
+	"github.com/sigwatch/sigwatch/api"
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/guard"
 	"github.com/sigwatch/sigwatch/ingest"
 	"github.com/sigwatch/sigwatch/internal/clock"
+	"github.com/sigwatch/sigwatch/internal/liveness"
 	"github.com/sigwatch/sigwatch/scanner"
 	"github.com/sigwatch/sigwatch/shard"
 	"github.com/sigwatch/sigwatch/stats"
@@ -65,9 +66,10 @@ type App struct {
 	// stats reports this process's counts; GET /v1/stats reads them.
 	stats *stats.Fleet
 
-	httpLn  net.Listener
-	httpSrv *http.Server
-	live    *liveness // what /healthz answers
+	// api serves httpLn (both nil without the api role).
+	api    *api.API
+	httpLn net.Listener
+	live    *liveness.Liveness // what /healthz answers
 
 	// g runs the roles, the HTTP server and the watchers; done is closed
 	// once they stopped and the clients are closed, err is then the first
@@ -97,8 +99,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 	a := &App{cfg: cfg, log: log, reg: prometheus.NewRegistry(), g: newGroup(), done: make(chan struct{})}
 	// A coordinator without progress for three lease times has lost its
-	// shards: stuck (newLiveness keeps at least minStale, for a hung Redis).
-	a.live = newLiveness(3 * cfg.Scanner.LeaseTTL)
+	// shards: stuck (liveness.New keeps at least a minute, for a hung Redis).
+	a.live = liveness.New(3 * cfg.Scanner.LeaseTTL)
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ok := false
 	defer func() {
@@ -135,8 +137,8 @@ func (a *App) run(ctx context.Context) {
 	if a.rtopo != nil {
 		a.g.Go("alarm topology", func(ctx context.Context) error { a.rtopo.Run(ctx); return nil })
 	}
-	if a.httpSrv != nil {
-		a.g.Go("http", func(ctx context.Context) error { return serveHTTP(ctx, a.httpSrv, a.httpLn) })
+	if a.api != nil {
+		a.g.Go("http", func(ctx context.Context) error { return a.api.Serve(ctx, a.httpLn) })
 	}
 	if a.alarms != nil && a.cfg.hasRole("alarm") {
 		a.g.Go("alarm", a.alarms.Run)

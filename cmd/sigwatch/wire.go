@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"net/http"
 	"slices"
 	"time"
 
@@ -123,7 +122,7 @@ func (a *App) newScanner(context.Context) error {
 	a.scanStore.ShareGeneration(a.store)
 	a.sc, err = scanner.New(scanner.Options{
 		Replica: replicaID(), LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll,
-		Batch: cfg.Scanner.Batch, Thresholds: a.thr, Now: a.live.wrap("scanner", a.clock.Now),
+		Batch: cfg.Scanner.Batch, Thresholds: a.thr, Now: a.live.Wrap("scanner", a.clock.Now),
 	}, a.scanStore, a.topo, a.pub, a.reg, a.log.With("role", "scanner"))
 	return err
 }
@@ -141,7 +140,7 @@ func (a *App) newAlarms(ctx context.Context) error {
 	}
 	replica, now := "", a.clock.Now
 	if cfg.hasRole("alarm") {
-		replica, now = replicaID(), a.live.wrap("alarm", a.clock.Now)
+		replica, now = replicaID(), a.live.Wrap("alarm", a.clock.Now)
 	}
 	a.alarms, err = alarm.New(alarm.Options{
 		Policy: cfg.Alarm.Policy, Replica: replica, AckWait: cfg.Alarm.AckWait,
@@ -195,11 +194,10 @@ func (a *App) newAPI(context.Context) error {
 	if a.httpLn, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {
 		return fmt.Errorf("http: %w (set http.addr / SIGWATCH_HTTP_ADDR)", err)
 	}
-	h := api.New(api.Options{
+	a.api = api.New(api.Options{
 		Config: cfg.HTTP, MaxIDLen: cfg.Ingest.MaxIDLen, Store: a.store, Devices: a.devices, Pub: a.pub, Guard: a.guard,
 		Stats: a.stats, Registry: a.registry, Ingest: a.in, Alarms: a.alarms, Timers: a.timerSvc,
-		Gatherer: a.reg, Stalled: a.live.stalled, Now: a.clock.Now, Log: a.log,
-	}).Handler()
-	a.httpSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		Gatherer: a.reg, Stalled: a.live.Stalled, Now: a.clock.Now, Log: a.log,
+	})
 	return nil
 }
