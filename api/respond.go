@@ -44,14 +44,14 @@ func errStatus(err error) int {
 // writeErr answers err with the status errStatus gives it.
 func writeErr(w http.ResponseWriter, err error) { writeError(w, errStatus(err), err.Error()) }
 
-// DefaultLimit is the page size of a listing that names none.
-const DefaultLimit = 100
+// defaultLimit is the page size of a listing that names none.
+const defaultLimit = 100
 
-// limit reads the limit of a listing: 1 to most, DefaultLimit when absent.
+// limit reads the limit of a listing: 1 to most, defaultLimit when absent.
 func limit(r *http.Request, most int) (int, error) {
 	v := r.URL.Query().Get("limit")
 	if v == "" {
-		return DefaultLimit, nil
+		return defaultLimit, nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > most {
