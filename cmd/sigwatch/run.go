@@ -69,7 +69,7 @@ type App struct {
 	// api serves httpLn (both nil without the api role).
 	api    *api.API
 	httpLn net.Listener
-	live    *liveness.Liveness // what /healthz answers
+	live   *liveness.Liveness // what /healthz answers
 
 	// g runs the roles, the HTTP server and the watchers; done is closed
 	// once they stopped and the clients are closed, err is then the first

@@ -122,4 +122,3 @@ func printDrain(w io.Writer, v stats.Drain, now time.Time) {
 		fmt.Fprintf(w, "writer %s: epoch %d, reported %dms ago, %s\n", wr.Name, wr.Epoch, wr.AgeMS, state)
 	}
 }
-

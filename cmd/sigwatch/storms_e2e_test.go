@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sigwatch/sigwatch/api"
 	"github.com/sigwatch/sigwatch/alarm"
+	"github.com/sigwatch/sigwatch/api"
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/servers"
 	"github.com/sigwatch/sigwatch/internal/testenv"
