@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -12,7 +11,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sigwatch/sigwatch/api"
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/servers"
 	"github.com/sigwatch/sigwatch/shard"
@@ -79,11 +80,9 @@ func run(m *testing.M) (int, error) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	mux := http.NewServeMux()
-	svc.Routes(mux)
-	api := httptest.NewServer(mux)
-	defer api.Close()
-	sigwatchURL = api.URL
+	srv := httptest.NewServer(api.New(api.Options{Timers: svc, Gatherer: prometheus.NewRegistry()}).Handler())
+	defer srv.Close()
+	sigwatchURL = srv.URL
 	code := m.Run()
 	cancel()
 	if err := <-done; err != nil {

@@ -4,10 +4,10 @@
 // shard/queue as the family shard.Timers, in the deadlines' shards, with
 // leases of their own.
 //
-// What lives where:
+// Their HTTP routes are package api's. What lives where:
 //
 //   - request.go: a reset as the API and the NATS path take it, and its
-//     checks (queue names, ids, after/at, mode, payload).
+//     checks (queue names, ids, after/at, mode, payload, batch bounds).
 //   - timer.go: Options, Service (New, Run, Reset, Get, Cancel).
 //   - fire.go: the family's queue.Handler (one event per due timer, under
 //     the shard's fence; fired marks for the crossing rule), the timers'
@@ -16,6 +16,5 @@
 //     time on dispatch's consumer, which acknowledges a message once its
 //     resets are stored.
 //   - requests.go: resets as core NATS requests, answered once stored.
-//   - http.go: PUT/GET/DELETE /v1/timers/{queue}/{id}, POST /v1/timers/{queue}.
 //   - config.go, metrics.go: the timers section and sigwatch_timers_*.
 package timer

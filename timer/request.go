@@ -24,6 +24,16 @@ var (
 	ErrBadPayload = errors.New("bad payload")
 )
 
+// MaxBatch bounds the resets of one POST /v1/timers/{queue}.
+const MaxBatch = 10_000
+
+// MaxBatchBody bounds the body of one POST /v1/timers/{queue} with
+// timers.max_payload at maxPayload: 4 MiB of small resets (about 400 B
+// each at the most resets) and room for 8 payloads of the largest size.
+// The body is decoded whole before anything is stored, so it is what one
+// request may hold in memory; more goes in more requests.
+func MaxBatchBody(maxPayload int) int64 { return 4<<20 + 8*int64(maxPayload) }
+
 // CheckQueue refuses a queue name outside [A-Za-z0-9_-]{1,64}: the name is
 // a subject token, so it can never add a token or a wildcard.
 func CheckQueue(q string) error {
@@ -183,4 +193,15 @@ type Timer struct {
 	ID       string          `json:"id"`
 	Deadline int64           `json:"deadline"`
 	Payload  json.RawMessage `json:"payload,omitempty"`
+}
+
+// CheckName refuses a queue or an id no reset could have stored.
+func (l Limits) CheckName(queue, id string) error {
+	if err := CheckQueue(queue); err != nil {
+		return err
+	}
+	if err := shard.CheckID(id, l.MaxIDLen); err != nil {
+		return fmt.Errorf("%w: id: %w", ErrBadTimer, err)
+	}
+	return nil
 }

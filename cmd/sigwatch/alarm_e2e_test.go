@@ -218,8 +218,8 @@ func alarmSequence(as []dispatch.Alarm) error {
 	return nil
 }
 
-// api runs a sigwatch subcommand that talks to the HTTP API at addr.
-func api(t *testing.T, addr string, args ...string) (string, error) {
+// runCLI runs a sigwatch subcommand that talks to the HTTP API at addr.
+func runCLI(t *testing.T, addr string, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), "SIGWATCH_API=http://"+addr)
@@ -244,13 +244,13 @@ func TestAlarmAPIAndCLI(t *testing.T) {
 		"SIGWATCH_MQTT_TYPE_LEVEL=1")
 	l := watchAlarms(t, env)
 	testenv.WaitFor(t, 20*time.Second, "the API", func() bool {
-		_, err := api(t, addr, "mute", "ls")
+		_, err := runCLI(t, addr, "mute", "ls")
 		return err == nil
 	})
-	if out, err := api(t, addr, "mute", "add", "--type", "meter", "--for", "1h", "--comment", "maintenance"); err != nil {
+	if out, err := runCLI(t, addr, "mute", "add", "--type", "meter", "--for", "1h", "--comment", "maintenance"); err != nil {
 		t.Fatalf("mute add: %v\n%s", err, out)
 	}
-	out, err := api(t, addr, "mute", "ls")
+	out, err := runCLI(t, addr, "mute", "ls")
 	var mutes []alarm.Mute
 	if err != nil || json.Unmarshal([]byte(out), &mutes) != nil || len(mutes) != 1 || mutes[0].Type != "meter" {
 		t.Fatalf("mute ls: %v\n%s", err, out)
@@ -268,17 +268,17 @@ func TestAlarmAPIAndCLI(t *testing.T) {
 		testenv.WaitFor(t, 10*time.Second, id+" repeating", func() bool { return hasAlarm(l, id, alarm.Repeat, "") })
 	}
 
-	out, err = api(t, addr, "device", "ack", "snooze", "--for", "2s")
+	out, err = runCLI(t, addr, "device", "ack", "snooze", "--for", "2s")
 	var acked alarm.View
 	if err != nil || json.Unmarshal([]byte(out), &acked) != nil || acked.State != "acked" {
 		t.Fatalf("device ack --for: %v\n%s", err, out)
 	}
 	// The repeats the ack found sent are acked.Count; the next one must
 	// wait for its end.
-	if out, err := api(t, addr, "device", "ack", "ack"); err != nil {
+	if out, err := runCLI(t, addr, "device", "ack", "ack"); err != nil {
 		t.Fatalf("device ack: %v\n%s", err, out)
 	}
-	if out, err := api(t, addr, "device", "rm", "rm"); err != nil || !strings.Contains(out, `"alarm_resolved": true`) {
+	if out, err := runCLI(t, addr, "device", "rm", "rm"); err != nil || !strings.Contains(out, `"alarm_resolved": true`) {
 		t.Fatalf("device rm: %v\n%s", err, out)
 	}
 	testenv.WaitFor(t, 5*time.Second, "resolved acked and removed", func() bool {
@@ -293,18 +293,18 @@ func TestAlarmAPIAndCLI(t *testing.T) {
 			t.Errorf("after the ack until %d: %s, want the next repeat just after", acked.AckedUntil, show([]dispatch.Alarm{a}))
 		}
 	}
-	out, err = api(t, addr, "device", "get", "m1")
+	out, err = runCLI(t, addr, "device", "get", "m1")
 	if err != nil || !strings.Contains(out, `"state": "raised"`) {
 		t.Errorf("device get of the muted device: %v\n%s, want its alarm raised underneath", err, out)
 	}
 	if as := alarmsOf(l, "m1"); len(as) != 0 {
 		t.Errorf("muted type notified: %s", show(as))
 	}
-	if out, err := api(t, addr, "mute", "rm", mutes[0].ID); err != nil {
+	if out, err := runCLI(t, addr, "mute", "rm", mutes[0].ID); err != nil {
 		t.Fatalf("mute rm: %v\n%s", err, out)
 	}
 	testenv.WaitFor(t, 3*interval, "the meter notified once unmuted", func() bool { return hasAlarm(l, "m1", alarm.Repeat, "") })
-	if out, err := api(t, addr, "device", "ack", "ack"); err == nil || !strings.Contains(out, "no open alarm") {
+	if out, err := runCLI(t, addr, "device", "ack", "ack"); err == nil || !strings.Contains(out, "no open alarm") {
 		t.Errorf("ack of a resolved alarm: %v\n%s, want refused", err, out)
 	}
 	d.revive("tracker/snooze")

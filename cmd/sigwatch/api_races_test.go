@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sigwatch/sigwatch/api"
 	"github.com/sigwatch/sigwatch/internal/testenv"
 	"github.com/sigwatch/sigwatch/shard"
 )
@@ -33,9 +34,9 @@ func postSignals(t *testing.T, app *App, body []byte) (int, string, time.Duratio
 
 // signalBody is a POST /v1/signals body for devices prefix0000 …
 func signalBody(prefix string, n int) []byte {
-	sigs := make([]signalIn, n)
+	sigs := make([]api.Signal, n)
 	for j := range sigs {
-		sigs[j] = signalIn{Device: fmt.Sprintf("%s%05d", prefix, j)}
+		sigs[j] = api.Signal{Device: fmt.Sprintf("%s%05d", prefix, j)}
 	}
 	b, _ := json.Marshal(sigs)
 	return b
@@ -149,8 +150,8 @@ func TestSignalsRefusals(t *testing.T) {
 	if code != http.StatusBadRequest || !strings.Contains(out, "signal 0") {
 		t.Errorf("negative ts: got %d %s, want 400 naming signal 0", code, out)
 	}
-	code, out, _ = postSignals(t, app, signalBody("many-", maxSignalsPerPost+1))
-	if code != http.StatusRequestEntityTooLarge || !strings.Contains(out, fmt.Sprint(maxSignalsPerPost)) {
+	code, out, _ = postSignals(t, app, signalBody("many-", api.MaxSignalsPerPost+1))
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(out, fmt.Sprint(api.MaxSignalsPerPost)) {
 		t.Errorf("body over the entry limit: got %d %s, want 413 naming the limit", code, out)
 	}
 }

@@ -1,24 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"net"
-	"os"
-	"reflect"
 	"slices"
-	"strconv"
 	"strings"
-	"time"
-
-	"gopkg.in/yaml.v3"
 
 	"github.com/sigwatch/sigwatch/alarm"
+	"github.com/sigwatch/sigwatch/api"
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/ingest"
+	"github.com/sigwatch/sigwatch/internal/yamlenv"
 	"github.com/sigwatch/sigwatch/shard"
 	"github.com/sigwatch/sigwatch/shard/queue"
 	"github.com/sigwatch/sigwatch/timer"
@@ -43,19 +36,13 @@ type Config struct {
 	Alarm      alarm.Config           `yaml:"alarm"`
 	Storm      alarm.StormConfig      `yaml:"storm"`
 	Timers     timer.Config           `yaml:"timers"`
-	HTTP       HTTPConfig             `yaml:"http"`
+	HTTP       api.Config             `yaml:"http"`
 }
 
 // LogConfig selects the log format ("text" or "json") and level.
 type LogConfig struct {
 	Format string `yaml:"format"`
 	Level  string `yaml:"level"`
-}
-
-// HTTPConfig is the admin API and metrics listener.
-type HTTPConfig struct {
-	Addr  string `yaml:"addr"`
-	Token string `yaml:"token"`
 }
 
 // roles lists every role a process can run.
@@ -77,7 +64,7 @@ func DefaultConfig() Config {
 		Alarm:      alarm.DefaultConfig(),
 		Storm:      alarm.DefaultStormConfig(),
 		Timers:     timer.DefaultConfig(),
-		HTTP:       HTTPConfig{Addr: "127.0.0.1:8080"},
+		HTTP:       api.DefaultConfig(),
 	}
 }
 
@@ -85,121 +72,10 @@ func DefaultConfig() Config {
 // SIGWATCH_* environment overrides from env, then validates.
 func LoadConfig(path string, env []string) (Config, error) {
 	cfg := DefaultConfig()
-	if path != "" {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return Config{}, fmt.Errorf("config: %w", err)
-		}
-		dec := yaml.NewDecoder(bytes.NewReader(b))
-		dec.KnownFields(true)
-		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-			return Config{}, fmt.Errorf("config %s: %w", path, err)
-		}
-	}
-	vars := map[string]string{}
-	for _, kv := range env {
-		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "SIGWATCH_") {
-			vars[k] = v
-		}
-	}
-	if err := overlayEnv(reflect.ValueOf(&cfg).Elem(), "SIGWATCH", vars); err != nil {
+	if err := yamlenv.Load(&cfg, path, "SIGWATCH", env); err != nil {
 		return Config{}, err
 	}
 	return cfg, cfg.Validate()
-}
-
-func overlayEnv(v reflect.Value, prefix string, vars map[string]string) error {
-	t := v.Type()
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		tag, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		fv := v.Field(i)
-		if opts == "inline" {
-			if err := overlayEnv(fv, prefix, vars); err != nil {
-				return err
-			}
-			continue
-		}
-		if tag == "" || tag == "-" {
-			continue
-		}
-		name := prefix + "_" + strings.ToUpper(tag)
-		if f.Type.Kind() == reflect.Struct {
-			if err := overlayEnv(fv, name, vars); err != nil {
-				return err
-			}
-			continue
-		}
-		s, ok := vars[name]
-		if !ok {
-			continue
-		}
-		if err := setFromString(fv, s); err != nil {
-			return fmt.Errorf("config: %s=%q: %w", name, s, err)
-		}
-	}
-	return nil
-}
-
-func setFromString(fv reflect.Value, s string) error {
-	switch fv.Interface().(type) {
-	case time.Duration:
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return err
-		}
-		fv.SetInt(int64(d))
-		return nil
-	case []string:
-		var out []string
-		for _, p := range strings.Split(s, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				out = append(out, p)
-			}
-		}
-		fv.Set(reflect.ValueOf(out))
-		return nil
-	case map[string]time.Duration:
-		m := map[string]time.Duration{}
-		for _, p := range strings.Split(s, ",") {
-			k, d, ok := strings.Cut(strings.TrimSpace(p), "=")
-			if !ok {
-				return errors.New("want type=duration pairs separated by commas, e.g. tracker=2m,meter=15m")
-			}
-			dur, err := time.ParseDuration(d)
-			if err != nil {
-				return err
-			}
-			m[k] = dur
-		}
-		fv.Set(reflect.ValueOf(m))
-		return nil
-	}
-	switch fv.Kind() {
-	case reflect.String:
-		fv.SetString(s)
-	case reflect.Int:
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			return err
-		}
-		fv.SetInt(int64(n))
-	case reflect.Bool:
-		b, err := strconv.ParseBool(s)
-		if err != nil {
-			return err
-		}
-		fv.SetBool(b)
-	case reflect.Float64:
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return err
-		}
-		fv.SetFloat(f)
-	default:
-		return fmt.Errorf("unsupported type %s", fv.Type())
-	}
-	return nil
 }
 
 // Validate refuses configurations that cannot work, saying what to change:
@@ -223,12 +99,7 @@ func (c Config) Validate() error {
 		bad("the alarm role needs nats.mode jetstream (it consumes lost and recovered events from the stream): use jetstream, or leave alarm out of roles")
 	}
 	if c.hasRole("api") {
-		host, _, err := net.SplitHostPort(c.HTTP.Addr)
-		if err != nil {
-			bad("http.addr %q: %v", c.HTTP.Addr, err)
-		} else if !isLoopback(host) && c.HTTP.Token == "" {
-			bad("http.addr %s is not loopback: set http.token (SIGWATCH_HTTP_TOKEN) so the API is not open to the network", c.HTTP.Addr)
-		}
+		errs = append(errs, c.HTTP.Validate())
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("config: %w", err)
@@ -261,11 +132,3 @@ func (c Config) Warnings() []string {
 }
 
 func (c Config) hasRole(r string) bool { return slices.Contains(c.Roles, r) }
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}

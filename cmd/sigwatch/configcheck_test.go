@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -49,15 +51,45 @@ func TestConfigCheckWarnsOutageAfter(t *testing.T) {
 
 // TestHealthcheckCommand: `sigwatch healthcheck URL` exits 0 only on 200.
 func TestHealthcheckCommand(t *testing.T) {
-	status := http.StatusOK
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(status) }))
-	defer srv.Close()
+	var status atomic.Int32
+	status.Store(http.StatusOK)
+	url := statusServer(t, &status)
 	var out, errOut bytes.Buffer
-	if code := run([]string{"healthcheck", srv.URL}, &out, &errOut); code != 0 {
+	if code := run([]string{"healthcheck", url}, &out, &errOut); code != 0 {
 		t.Errorf("200: exit %d, %s", code, errOut.String())
 	}
-	status = http.StatusServiceUnavailable
-	if code := run([]string{"healthcheck", srv.URL}, &out, &errOut); code != 1 {
+	status.Store(http.StatusServiceUnavailable)
+	if code := run([]string{"healthcheck", url}, &out, &errOut); code != 1 {
 		t.Errorf("503: exit %d, want 1", code)
 	}
+}
+
+// statusServer answers every request with the status in status at the
+// time, until the test ends. It writes its answers itself, so that this
+// package names no handler.
+func statusServer(t *testing.T, status *atomic.Int32) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				resp := http.Response{StatusCode: int(status.Load()), ProtoMajor: 1, ProtoMinor: 1, Request: req}
+				_ = resp.Write(c)
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
 }

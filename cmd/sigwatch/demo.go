@@ -25,6 +25,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sigwatch/sigwatch/alarm"
+	"github.com/sigwatch/sigwatch/api"
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/fleet"
 	"github.com/sigwatch/sigwatch/internal/servers"
@@ -161,7 +162,7 @@ devices are still reported lost one by one, but a person gets one storm
 		case <-tick.C:
 			signals := metricValue(app, "sigwatch_ingest_signals_total")
 			watched := 0.0
-			if v, err := shardsStatus(ctx, app.store, time.Now()); err == nil {
+			if v, err := api.ShardsStatus(ctx, app.store, time.Now()); err == nil {
 				watched = float64(v.Devices)
 			}
 			lost, recovered, p50, p99 := w.stats()

@@ -7,17 +7,20 @@
 //	sigwatch device get|rm|threshold|group|ack ID look at or change one device through the API
 //	sigwatch mute add|ls|rm                 mute alarms of a device or a type for a while
 //
-// The command only composes, wires and serves; what sigwatch does lives in
-// its packages. Where things live here:
+// The command only parses, wires and serves; what sigwatch does lives in
+// its packages, the HTTP routes in package api. Where things live here:
 //   - main.go: the subcommands and signal handling.
 //   - config.go: Config, composed of the sections each package owns, loaded
 //     from YAML with the SIGWATCH_* environment overlaid; unknown keys are
-//     refused.
-//   - run.go: Start wires the roles to Redis, NATS and the broker;
-//     group.go runs them as an ordered group that stops in reverse.
-//   - http.go: routes, the bearer token, the one error-to-status mapping;
-//     devices.go, alarms.go, shards.go: the handlers and commands of each
-//     resource.
-//   - admin.go: the commands that talk to a running sigwatch's API;
-//     simulate.go: a simulated fleet; demo.go: the demo (build tag demo).
+//     refused (internal/yamlenv reads it). configcheck.go: sigwatch config
+//     check and healthcheck.
+//   - run.go: App and Start; wire.go: each step of wiring the roles to
+//     Redis, NATS and the broker; group.go runs them as an ordered group
+//     that stops in reverse; metrics.go: the NATS connection gauge.
+//   - admin.go: the commands that talk to a running sigwatch's API, and
+//     their flags; lists.go, storms.go, stats.go, timers.go: the listing,
+//     storm, stats and timer commands; shards.go: sigwatch shards, on Redis
+//     directly.
+//   - simulate.go: a simulated fleet; demo.go: the demo (build tag demo),
+//     nodemo.go: its stand-in without the tag.
 package main

@@ -16,6 +16,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/sigwatch/sigwatch/api"
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/testenv"
 )
@@ -474,7 +475,7 @@ func TestDoublingAcrossProcesses(t *testing.T) {
 	}
 	deadPID := fmt.Sprintf("-%d-", a.cmd.Process.Pid)
 	testenv.WaitFor(t, 10*time.Second, "every shard owned by a live process", func() bool {
-		var v shardsView
+		var v api.Shards
 		if err := json.Unmarshal([]byte(cli(t, env, "shards", "status", "--json")), &v); err != nil {
 			t.Fatal(err)
 		}
@@ -587,7 +588,7 @@ func TestGracefulStopHandsOverAtOnce(t *testing.T) {
 		cmd := exec.Command(binary, "shards", "status", "--json")
 		cmd.Env = append(os.Environ(), "SIGWATCH_REDIS_ADDRS="+env.Redis.Addr)
 		out, err := cmd.Output()
-		var v shardsView
+		var v api.Shards
 		if err != nil || json.Unmarshal(out, &v) != nil {
 			return nil // not started yet
 		}

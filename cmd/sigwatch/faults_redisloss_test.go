@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sigwatch/sigwatch/api"
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/servers"
 	"github.com/sigwatch/sigwatch/internal/testenv"
@@ -159,7 +160,7 @@ func (r *lossRun) check(back time.Time, wantShards int) {
 	if kinds["redis_data_loss"] == 0 || kinds["redis_restored"] == 0 {
 		t.Errorf("system events %v, want redis_data_loss and redis_restored", kinds)
 	}
-	var v shardsView
+	var v api.Shards
 	if err := json.Unmarshal([]byte(waitHTTP(t, r.addr, "/v1/shards", 10*time.Second)), &v); err != nil {
 		t.Fatal(err)
 	}

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"sync"
-	"time"
 )
 
 // group runs the long-lived components of one process. They start in the
@@ -69,23 +66,4 @@ func (g *group) Shutdown() error {
 	g.errMu.Lock()
 	defer g.errMu.Unlock()
 	return g.err
-}
-
-// serveHTTP serves srv on ln until ctx ends, then shuts it down, letting
-// requests in flight finish for up to five seconds.
-func serveHTTP(ctx context.Context, srv *http.Server, ln net.Listener) error {
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("http: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("http: %w", err)
-	}
-	return nil
 }

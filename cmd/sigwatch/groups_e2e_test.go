@@ -17,7 +17,7 @@ import (
 // deviceGroup reads the group GET /v1/devices/{id} shows through the CLI.
 func deviceGroup(t *testing.T, addr, id string) (string, error) {
 	t.Helper()
-	out, err := api(t, addr, "device", "get", id)
+	out, err := runCLI(t, addr, "device", "get", id)
 	if err != nil {
 		return "", fmt.Errorf("device get %s: %v\n%s", id, err, out)
 	}
@@ -66,11 +66,11 @@ func TestDeviceGroupsEndToEnd(t *testing.T) {
 		return true
 	})
 
-	out, err := api(t, addr, "device", "group", "b1", "site-9")
+	out, err := runCLI(t, addr, "device", "group", "b1", "site-9")
 	if err != nil || !strings.Contains(out, `"group": "site-9"`) || !strings.Contains(out, `"device": "b1"`) {
 		t.Fatalf("device group b1 site-9: %v\n%s; want the device view with its new group", err, out)
 	}
-	if out, err := api(t, addr, "device", "group", "a2", ""); err != nil {
+	if out, err := runCLI(t, addr, "device", "group", "a2", ""); err != nil {
 		t.Fatalf("device group a2 \"\": %v\n%s", err, out)
 	}
 	for id, want := range map[string]string{"b1": "site-9", "a2": ""} {
@@ -78,7 +78,7 @@ func TestDeviceGroupsEndToEnd(t *testing.T) {
 			t.Errorf("group of %s = %q, %v; want %q", id, g, err, want)
 		}
 	}
-	if out, err := api(t, addr, "device", "ls"); err != nil || !strings.Contains(out, "GROUP") || !strings.Contains(out, "site-9") {
+	if out, err := runCLI(t, addr, "device", "ls"); err != nil || !strings.Contains(out, "GROUP") || !strings.Contains(out, "site-9") {
 		t.Errorf("device ls: %v\n%s; want a group column with site-9", err, out)
 	}
 

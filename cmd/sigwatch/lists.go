@@ -14,86 +14,10 @@ import (
 	"time"
 
 	"github.com/sigwatch/sigwatch/alarm"
+	"github.com/sigwatch/sigwatch/api"
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/shard"
 )
-
-// deviceList is the body of GET /v1/devices.
-type deviceList struct {
-	Devices []shard.ListedDevice `json:"devices"`
-	Next    string               `json:"next,omitempty"`
-}
-
-// alarmList is the body of GET /v1/alarms.
-type alarmList struct {
-	Alarms []alarm.Listed `json:"alarms"`
-	Next   string         `json:"next,omitempty"`
-}
-
-// listLimit reads the limit of a listing: 1 to shard.MaxListLimit, 100
-// when absent.
-func listLimit(r *http.Request) (int, error) {
-	v := r.URL.Query().Get("limit")
-	if v == "" {
-		return 100, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > shard.MaxListLimit {
-		return 0, fmt.Errorf("limit %q: give a number from 1 to %d", v, shard.MaxListLimit)
-	}
-	return n, nil
-}
-
-// listErr answers a listing's error: a query or cursor the caller got
-// wrong is 400, anything else what errStatus says.
-func listErr(w http.ResponseWriter, err error) {
-	if errors.Is(err, shard.ErrBadCursor) || errors.Is(err, shard.ErrBadQuery) || errors.Is(err, alarm.ErrBadQuery) {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	writeErr(w, err)
-}
-
-// getDevices is GET /v1/devices?state=lost|watched&type=T&limit=N&cursor=C:
-// one page of devices and the cursor of the next ("next", absent on the
-// last page). Without state it lists every known device, the watched ones
-// first.
-func (a *App) getDevices(w http.ResponseWriter, r *http.Request) {
-	limit, err := listLimit(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	q := r.URL.Query()
-	rows, next, err := a.devices.List(r.Context(), shard.DeviceQuery{State: q.Get("state"), Type: q.Get("type"),
-		Cursor: q.Get("cursor"), Limit: limit})
-	if err != nil {
-		listErr(w, err)
-		return
-	}
-	if rows == nil {
-		rows = []shard.ListedDevice{}
-	}
-	writeJSON(w, http.StatusOK, deviceList{Devices: rows, Next: next})
-}
-
-// getAlarms is GET /v1/alarms?state=active|acked|muted|flapping|held&type=T&
-// limit=N&cursor=C: one page of open alarms, as getDevices pages.
-func (a *App) getAlarms(w http.ResponseWriter, r *http.Request) {
-	limit, err := listLimit(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	q := r.URL.Query()
-	rows, next, err := a.alarms.List(r.Context(), alarm.Query{State: q.Get("state"), Type: q.Get("type"),
-		Cursor: q.Get("cursor"), Limit: limit})
-	if err != nil {
-		listErr(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, alarmList{Alarms: rows, Next: next})
-}
 
 // listFlags are the flags of `device ls` and `alarm ls`.
 type listFlags struct {
@@ -181,9 +105,9 @@ func cmdDeviceList(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return errors.New("usage: sigwatch device ls [--state lost|watched] [--type T] [--limit N] [--cursor C] [--all] [--json]")
 	}
-	var all deviceList
+	var all api.DeviceList
 	next, err := f.pages(ctx, "/v1/devices", func(body []byte) (string, error) {
-		var p deviceList
+		var p api.DeviceList
 		if err := json.Unmarshal(body, &p); err != nil {
 			return "", fmt.Errorf("reading the device list: %w", err)
 		}
@@ -225,9 +149,9 @@ func cmdAlarm(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return errors.New(use)
 	}
-	var all alarmList
+	var all api.AlarmList
 	next, err := f.pages(ctx, "/v1/alarms", func(body []byte) (string, error) {
-		var p alarmList
+		var p api.AlarmList
 		if err := json.Unmarshal(body, &p); err != nil {
 			return "", fmt.Errorf("reading the alarm list: %w", err)
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sigwatch/sigwatch/api"
 	"github.com/sigwatch/sigwatch/internal/testenv"
 )
 
@@ -154,7 +155,7 @@ func TestListsShowExactlyLostAndOpenAlarms(t *testing.T) {
 	if err := cmdDevice(t.Context(), append([]string{"ls", "--state", "lost", "--limit", "2", "--all", "--json"}, base...), &out); err != nil {
 		t.Fatal(err)
 	}
-	var page deviceList
+	var page api.DeviceList
 	if err := json.Unmarshal(out.Bytes(), &page); err != nil || len(page.Devices) != len(silent) || page.Next != "" {
 		t.Errorf("device ls --state lost --all --json: %v, %s", err, out.String())
 	}

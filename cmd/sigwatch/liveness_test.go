@@ -30,11 +30,11 @@ func TestHealthzFailsWhenALoopStalls(t *testing.T) {
 		t.Run(role, func(t *testing.T) {
 			env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
 			app := startApp(t, env, func(c *Config) { c.Scanner.LeaseTTL = time.Second })
-			app.live.stale.Store(int64(3 * time.Second))
+			app.live.SetStale(3 * time.Second)
 			if code, body := healthz(t, app); code != http.StatusOK {
 				t.Fatalf("healthz before the stall: %d %q, want 200", code, body)
 			}
-			release := sync.OnceFunc(app.live.stall(role))
+			release := sync.OnceFunc(app.live.Stall(role))
 			t.Cleanup(release) // before the app stops: a stalled loop cannot
 			stalledAt := time.Now()
 			var code int
@@ -95,7 +95,7 @@ func TestHealthzStaysOKWhileTheBrokerIsDown(t *testing.T) {
 // brings it back with start.
 func staysLive(t *testing.T, env *testenv.Env, what string, down, bound time.Duration, wantNotReady bool, stop, start func() error) {
 	app := startApp(t, env, func(c *Config) { c.Scanner.LeaseTTL = time.Second })
-	stale := time.Duration(app.live.stale.Load())
+	stale := app.live.Stale()
 	if bound >= stale || bound >= down {
 		t.Fatalf("bound %s must be below the stale limit %s and the outage %s", bound, stale, down)
 	}
@@ -121,7 +121,7 @@ func staysLive(t *testing.T, env *testenv.Env, what string, down, bound time.Dur
 	notReady := false
 	oldest := map[string]time.Duration{}
 	for time.Now().Before(end) {
-		for role, d := range app.live.ages() {
+		for role, d := range app.live.Ages() {
 			oldest[role] = max(oldest[role], d)
 		}
 		if code, body := healthz(t, app); code != http.StatusOK {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/sigwatch/sigwatch/internal/testenv"
+	"github.com/sigwatch/sigwatch/stats"
 )
 
 // statsJSON is the shape of GET /v1/stats, written out here so that a
@@ -188,7 +188,7 @@ func TestStatsFleetWide(t *testing.T) {
 		return v.Lost == silenced && v.LastMinute.Lost >= silenced
 	})
 	// Two scanners fired them; each loss counts once, now and later.
-	time.Sleep(2 * reportEvery)
+	time.Sleep(2 * stats.ReportEvery)
 	v = getStats(t, apiApp)
 	if v.Watched != n-silenced || v.Lost != silenced {
 		t.Errorf("watched %d, lost %d; want %d, %d", v.Watched, v.Lost, n-silenced, silenced)
@@ -243,7 +243,7 @@ func TestStatsFleetWide(t *testing.T) {
 	// A process that dies drops out, its counts with it, once its last
 	// report is too old.
 	scanAlarm.kill()
-	testenv.WaitFor(t, reportMaxAge+statsCacheFor+2*reportEvery, "the dead process gone", func() bool {
+	testenv.WaitFor(t, stats.ReportMaxAge+stats.CacheFor+2*stats.ReportEvery, "the dead process gone", func() bool {
 		v = getStats(t, apiApp)
 		return len(v.Processes) == 2
 	})
@@ -260,7 +260,7 @@ func TestStatsFleetWide(t *testing.T) {
 	if code, out := call(t, apiApp, "POST", "/v1/shards/double", "t0ken", nil); code != http.StatusOK {
 		t.Fatalf("double: %d %v", code, out)
 	}
-	testenv.WaitFor(t, 2*statsCacheFor, "the doubling in the stats", func() bool {
+	testenv.WaitFor(t, 2*stats.CacheFor, "the doubling in the stats", func() bool {
 		v = getStats(t, apiApp)
 		return v.Shards.Count == 32
 	})
@@ -274,7 +274,7 @@ func TestStatsFleetWide(t *testing.T) {
 		v := getStats(t, apiApp)
 		return v.Shards.Count == 32 && v.Shards.Prev == 0 && !v.Shards.Draining
 	})
-	time.Sleep(statsCacheFor)
+	time.Sleep(stats.CacheFor)
 	v = getStats(t, apiApp)
 	if v.Watched != n-silenced+revived || v.Lost != silenced-revived {
 		t.Errorf("after the doubling: watched %d, lost %d; want %d, %d", v.Watched, v.Lost, n-silenced+revived, silenced-revived)
@@ -284,11 +284,11 @@ func TestStatsFleetWide(t *testing.T) {
 	}
 
 	// The CLI shows the same through the API.
-	out, err := api(t, apiApp.HTTPAddr(), "stats", "--token", "t0ken")
+	out, err := runCLI(t, apiApp.HTTPAddr(), "stats", "--token", "t0ken")
 	if want := fmt.Sprintf("watched %d  lost %d\n", n-silenced+revived, silenced-revived); err != nil || !strings.HasPrefix(out, want) {
 		t.Errorf("sigwatch stats: %v\n%s\nwant it to start with %q", err, out, want)
 	}
-	out, err = api(t, apiApp.HTTPAddr(), "stats", "--json", "--token", "t0ken")
+	out, err = runCLI(t, apiApp.HTTPAddr(), "stats", "--json", "--token", "t0ken")
 	var cv statsJSON
 	if err != nil || json.Unmarshal([]byte(out), &cv) != nil || cv.Shards.Count != 32 {
 		t.Errorf("sigwatch stats --json: %v\n%s", err, out)
@@ -300,30 +300,4 @@ func fmtMS(p *float64) string {
 		return "-"
 	}
 	return strconv.FormatFloat(*p, 'f', 1, 64)
-}
-
-// Quantiles come from the merged buckets, not from each scanner's: one
-// scanner fired 90 events in 10-20ms, another 10 in 1-2s; the fleet's p50
-// lies in the first bucket and its p99 in the second.
-func TestStatsQuantilesMergeBuckets(t *testing.T) {
-	inf := math.Inf(1)
-	a := map[float64]uint64{0.01: 0, 0.02: 90, 1: 90, 2: 90, inf: 90}
-	b := map[float64]uint64{0.01: 0, 0.02: 0, 1: 0, 2: 10, inf: 10}
-	merged := map[float64]uint64{}
-	for _, h := range []map[float64]uint64{a, b} {
-		for le, c := range h {
-			merged[le] += c
-		}
-	}
-	v := quantiles(merged)
-	if v.Count != 100 || v.P50 == nil || *v.P50 < 10 || *v.P50 > 20 || v.P99 == nil || *v.P99 < 1000 || *v.P99 > 2000 {
-		t.Errorf("merged: %+v (p50 %s, p99 %s), want 100 events, p50 in 10-20ms, p99 in 1-2s", v, fmtMS(v.P50), fmtMS(v.P99))
-	}
-	if v := quantiles(map[float64]uint64{0.01: 0, inf: 0}); v.P50 != nil || v.P99 != nil || v.Count != 0 {
-		t.Errorf("no events: %+v, want no quantiles", v)
-	}
-	// Above the last finite bound all that is known is that bound.
-	if v := quantiles(map[float64]uint64{60: 0, inf: 4}); v.P99 == nil || *v.P99 != 60000 {
-		t.Errorf("beyond the last bucket: p99 %s, want 60000", fmtMS(v.P99))
-	}
 }

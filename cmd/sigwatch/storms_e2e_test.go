@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sigwatch/sigwatch/alarm"
+	"github.com/sigwatch/sigwatch/api"
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/servers"
 	"github.com/sigwatch/sigwatch/internal/testenv"
@@ -135,8 +136,8 @@ func TestStorms(t *testing.T) {
 	recovered := testenv.RecordStream[dispatch.Recovered](t, env.Conn(t), "SIGWATCH", "sigwatch.recovered.>")
 	f := startGroupedFleet(t, env.Mosquitto.URL, 10, 100, 600*time.Millisecond)
 	testenv.WaitFor(t, 30*time.Second, "1000 devices watched", func() bool {
-		out, err := api(t, addr, "stats", "--json")
-		var s statsView
+		out, err := runCLI(t, addr, "stats", "--json")
+		var s api.Stats
 		return err == nil && json.Unmarshal([]byte(out), &s) == nil && s.Watched == 1000
 	})
 	time.Sleep(threshold)
@@ -171,7 +172,7 @@ func TestStorms(t *testing.T) {
 	if len(st) != 1 || st[0].Watched != 100 || st[0].Devices < 50 || st[0].Devices > 100 {
 		t.Errorf("g0 storm started events %+v, want one with 100 watched and 50..100 lost", st)
 	}
-	out, err := api(t, addr, "storm", "ls")
+	out, err := runCLI(t, addr, "storm", "ls")
 	if err != nil || !strings.Contains(out, "g0") || !strings.Contains(out, alarm.StormActive) {
 		t.Errorf("storm ls during the storm: %v\n%s", err, out)
 	}
@@ -217,8 +218,8 @@ func TestStorms(t *testing.T) {
 			t.Errorf("group g%d had storm events %+v, want none (30%% of it is below the group fraction)", g, s)
 		}
 	}
-	out, err = api(t, addr, "storm", "ls", "--json")
-	var sl stormList
+	out, err = runCLI(t, addr, "storm", "ls", "--json")
+	var sl api.StormList
 	if err != nil || json.Unmarshal([]byte(out), &sl) != nil || len(sl.Storms) != 2 || sl.Storms[0].Scope != dispatch.ScopeFleet ||
 		sl.Storms[0].State != alarm.StormActive || sl.Storms[1].Group != "g0" || sl.Storms[1].State != alarm.StormOver {
 		t.Errorf("storm ls --json: want the active fleet storm, then g0's ended one: %v\n%s", err, out)

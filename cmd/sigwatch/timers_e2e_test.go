@@ -137,7 +137,7 @@ func TestTimersAPIEndToEnd(t *testing.T) {
 	}
 	// The CLI does the same through the API.
 	cli := func(args ...string) (string, error) {
-		return api(t, addr, append(append([]string{"timer"}, args...), "--token", token)...)
+		return runCLI(t, addr, append(append([]string{"timer"}, args...), "--token", token)...)
 	}
 	if out, err := cli("set", "jobs", "a b/c", "--after", "1h", "--payload", `{"k":[1]}`); err != nil || !strings.Contains(out, `"id": "a b/c"`) {
 		t.Fatalf("timer set: %v\n%s", err, out)

@@ -12,6 +12,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/sigwatch/sigwatch/alarm"
+	"github.com/sigwatch/sigwatch/api"
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/testenv"
 )
@@ -90,7 +91,7 @@ func TestIdleShardsWakeForEarlierWork(t *testing.T) {
 			// shards: the drain lasts through the checks.
 			time.Sleep(time.Second)
 			check("draining")
-			var v shardsView
+			var v api.Shards
 			if err := json.Unmarshal([]byte(cli(t, env, "shards", "status", "--json")), &v); err != nil {
 				t.Fatal(err)
 			}

@@ -32,7 +32,8 @@ var floors = []struct {
 	{"engine", true, []string{"shard/queue"}},
 	{"doors", true, []string{"shard", "dispatch", "client"}},
 	{"helpers", false, []string{"internal/backoff", "internal/clock", "internal/fleet", "internal/periodic",
-		"internal/ratelog", "internal/statuspage", "internal/tlsconfig", "internal/architecture"}},
+		"internal/ratelog", "internal/statuspage", "internal/tlsconfig", "internal/liveness", "internal/yamlenv",
+		"internal/architecture"}},
 }
 
 // kits are the test kits: they start real servers and may import anything

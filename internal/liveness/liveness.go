@@ -1,23 +1,14 @@
-package main
+package liveness
 
 import (
 	"fmt"
-	"net/http"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 )
 
-// liveness is what GET /healthz answers: whether the process's long-running
-// loops still make progress. Each watched role beats whenever its loop reads
-// the clock; the scanner and alarm coordinators do so every rebalance period
-// (500ms) whatever Redis, NATS or the broker do, because every call they make
-// to them is bounded (see minStale). So a beat older than stale means a loop is
-// stuck in this process, and a restart helps; a dependency being down is
-// readiness's business (/readyz), and restarting pods for it would only add
-// to the outage.
-type liveness struct {
+// Liveness holds the latest beat of each watched role.
+type Liveness struct {
 	start time.Time
 	stale atomic.Int64     // a time.Duration
 	roles map[string]*beat // fixed once Start has wired the roles
@@ -38,15 +29,17 @@ type beat struct {
 	hold atomic.Pointer[chan struct{}]
 }
 
-func newLiveness(stale time.Duration) *liveness {
-	l := &liveness{start: time.Now(), roles: map[string]*beat{}}
+// New returns a Liveness whose loops are stalled after stale without a
+// beat (at least minStale).
+func New(stale time.Duration) *Liveness {
+	l := &Liveness{start: time.Now(), roles: map[string]*beat{}}
 	l.stale.Store(int64(max(stale, minStale)))
 	return l
 }
 
-// wrap returns now, beating for role at each call. It is called while Start
+// Wrap returns now, beating for role at each call. It is called while Start
 // wires the roles, before any of them runs.
-func (l *liveness) wrap(role string, now func() time.Time) func() time.Time {
+func (l *Liveness) Wrap(role string, now func() time.Time) func() time.Time {
 	b := &beat{}
 	b.last.Store(int64(time.Since(l.start)))
 	l.roles[role] = b
@@ -59,8 +52,8 @@ func (l *liveness) wrap(role string, now func() time.Time) func() time.Time {
 	}
 }
 
-// ages returns how long ago each role last beat.
-func (l *liveness) ages() map[string]time.Duration {
+// Ages returns how long ago each role last beat.
+func (l *Liveness) Ages() map[string]time.Duration {
 	now := time.Since(l.start)
 	out := make(map[string]time.Duration, len(l.roles))
 	for role, b := range l.roles {
@@ -69,12 +62,12 @@ func (l *liveness) ages() map[string]time.Duration {
 	return out
 }
 
-// stalled lists the roles that have not beaten for longer than stale, with
+// Stalled lists the roles that have not beaten for longer than stale, with
 // how long, sorted by role.
-func (l *liveness) stalled() []string {
+func (l *Liveness) Stalled() []string {
 	stale := time.Duration(l.stale.Load())
 	var out []string
-	for role, d := range l.ages() {
+	for role, d := range l.Ages() {
 		if d > stale {
 			out = append(out, fmt.Sprintf("%s (no progress for %s)", role, d.Round(time.Second)))
 		}
@@ -83,9 +76,9 @@ func (l *liveness) stalled() []string {
 	return out
 }
 
-// stall blocks role's loop at its next beat until the returned func is
+// Stall blocks role's loop at its next beat until the returned func is
 // called (tests only).
-func (l *liveness) stall(role string) (release func()) {
+func (l *Liveness) Stall(role string) (release func()) {
 	ch := make(chan struct{})
 	l.roles[role].hold.Store(&ch)
 	return func() {
@@ -94,10 +87,8 @@ func (l *liveness) stall(role string) (release func()) {
 	}
 }
 
-func (a *App) healthz(w http.ResponseWriter, r *http.Request) {
-	if s := a.live.stalled(); len(s) > 0 {
-		http.Error(w, "stalled: "+strings.Join(s, ", "), http.StatusServiceUnavailable)
-		return
-	}
-	_, _ = w.Write([]byte("ok\n"))
-}
+// Stale is the limit past which a loop without a beat is stalled.
+func (l *Liveness) Stale() time.Duration { return time.Duration(l.stale.Load()) }
+
+// SetStale changes the limit, below minStale too (tests only).
+func (l *Liveness) SetStale(d time.Duration) { l.stale.Store(int64(d)) }

@@ -1,4 +1,4 @@
-package main
+package api
 
 import (
 	"encoding/json"
@@ -16,8 +16,8 @@ import (
 
 // noAlarms answers alarm requests of a process that has no alarms (NATS in
 // core mode) and reports whether it did.
-func (a *App) noAlarms(w http.ResponseWriter) bool {
-	if a.alarms != nil {
+func (a *API) noAlarms(w http.ResponseWriter) bool {
+	if a.o.Alarms != nil {
 		return false
 	}
 	writeError(w, http.StatusServiceUnavailable, "alarms need nats.mode jetstream")
@@ -26,7 +26,7 @@ func (a *App) noAlarms(w http.ResponseWriter) bool {
 
 // withAlarms serves h in a process that has alarms; noAlarms answers in
 // one that has not.
-func (a *App) withAlarms(h http.HandlerFunc) http.HandlerFunc {
+func (a *API) withAlarms(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !a.noAlarms(w) {
 			h(w, r)
@@ -90,7 +90,7 @@ func window(until json.RawMessage, dur string, now time.Time) (time.Time, error)
 // {"until": ...} or {"for": "30m"}: without an end the alarm is resolved
 // (reason acked); with one its repeats pause until then and resume if the
 // device is still silent.
-func (a *App) postAck(w http.ResponseWriter, r *http.Request) {
+func (a *API) postAck(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := a.validID(id); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -103,7 +103,7 @@ func (a *App) postAck(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	v, err := a.alarms.Ack(r.Context(), id, until)
+	v, err := a.o.Alarms.Ack(r.Context(), id, until)
 	switch {
 	case errors.Is(err, alarm.ErrNoAlarm):
 		writeError(w, http.StatusConflict, fmt.Sprintf("device %s has no open alarm", id))
@@ -117,7 +117,7 @@ func (a *App) postAck(w http.ResponseWriter, r *http.Request) {
 
 // ackUntil reads the body of an ack: empty, {"until": ...} or {"for":
 // "30m"}. It answers a bad one itself and returns false.
-func (a *App) ackUntil(w http.ResponseWriter, r *http.Request) (time.Time, bool) {
+func (a *API) ackUntil(w http.ResponseWriter, r *http.Request) (time.Time, bool) {
 	var body struct {
 		Until json.RawMessage `json:"until"`
 		For   string          `json:"for"`
@@ -126,7 +126,7 @@ func (a *App) ackUntil(w http.ResponseWriter, r *http.Request) (time.Time, bool)
 		writeError(w, http.StatusBadRequest, `body must be empty, {"until": "2030-01-02T15:04:05Z" or unix ms} or {"for": "30m"}`)
 		return time.Time{}, false
 	}
-	now := a.clock.Now()
+	now := a.o.Now()
 	until, err := window(body.Until, body.For, now)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -148,7 +148,7 @@ type muteIn struct {
 	Comment string          `json:"comment"`
 }
 
-func (a *App) postMute(w http.ResponseWriter, r *http.Request) {
+func (a *API) postMute(w http.ResponseWriter, r *http.Request) {
 	const use = `body must be {"device": "id"} or {"type": "t"}, with {"for": "1h"} or {"until": RFC 3339 or unix ms}, and an optional "comment"`
 	var in muteIn
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16384)).Decode(&in); err != nil {
@@ -165,7 +165,7 @@ func (a *App) postMute(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	now := a.clock.Now()
+	now := a.o.Now()
 	until, err := window(in.Until, in.For, now)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -175,7 +175,7 @@ func (a *App) postMute(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "a mute needs an end in the future: "+use)
 		return
 	}
-	m, err := a.alarms.AddMute(r.Context(), alarm.Mute{Device: in.Device, Type: in.Type, Until: until.UnixMilli(), Comment: in.Comment})
+	m, err := a.o.Alarms.AddMute(r.Context(), alarm.Mute{Device: in.Device, Type: in.Type, Until: until.UnixMilli(), Comment: in.Comment})
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -183,8 +183,8 @@ func (a *App) postMute(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, m)
 }
 
-func (a *App) getMutes(w http.ResponseWriter, r *http.Request) {
-	ms, err := a.alarms.Mutes(r.Context())
+func (a *API) getMutes(w http.ResponseWriter, r *http.Request) {
+	ms, err := a.o.Alarms.Mutes(r.Context())
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -192,9 +192,9 @@ func (a *App) getMutes(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ms)
 }
 
-func (a *App) deleteMute(w http.ResponseWriter, r *http.Request) {
+func (a *API) deleteMute(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	ok, err := a.alarms.RemoveMute(r.Context(), id)
+	ok, err := a.o.Alarms.RemoveMute(r.Context(), id)
 	switch {
 	case err != nil:
 		writeErr(w, err)

@@ -1,0 +1,158 @@
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sigwatch/sigwatch/alarm"
+	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/guard"
+	"github.com/sigwatch/sigwatch/ingest"
+	"github.com/sigwatch/sigwatch/internal/statuspage"
+	"github.com/sigwatch/sigwatch/shard"
+	"github.com/sigwatch/sigwatch/stats"
+	"github.com/sigwatch/sigwatch/timer"
+)
+
+// Config is the http section: the admin API and metrics listener.
+type Config struct {
+	Addr  string `yaml:"addr"`
+	Token string `yaml:"token"`
+}
+
+// DefaultConfig listens on loopback only, where no token is needed.
+func DefaultConfig() Config { return Config{Addr: "127.0.0.1:8080"} }
+
+// Validate refuses an API open to the network without a token.
+func (c Config) Validate() error {
+	host, _, err := net.SplitHostPort(c.Addr)
+	if err != nil {
+		return fmt.Errorf("http.addr %q: %v", c.Addr, err)
+	}
+	if !isLoopback(host) && c.Token == "" {
+		return fmt.Errorf("http.addr %s is not loopback: set http.token (SIGWATCH_HTTP_TOKEN) so the API is not open to the network", c.Addr)
+	}
+	return nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Options are the http section and what the routes serve. The pointers a
+// process may lack are nil then, and their routes answer 503.
+type Options struct {
+	Config
+	// MaxIDLen is ingest.max_id_len: the API refuses ids ingest would.
+	MaxIDLen int
+	Store    *shard.Store
+	Devices  *shard.Devices
+	Pub      *dispatch.Publisher
+	Guard    *guard.Guard
+	Stats    *stats.Fleet
+	Registry *dispatch.Registry // nil in NATS core mode
+	Ingest   *ingest.Ingest     // nil without the ingest role
+	Alarms   *alarm.Alarms      // nil in NATS core mode
+	Timers   *timer.Service     // nil when timers.enabled is off
+	// Gatherer serves /metrics; Stalled lists the loops that make no
+	// progress, for /healthz.
+	Gatherer prometheus.Gatherer
+	Stalled  func() []string
+	Now      func() time.Time
+	Log      *slog.Logger
+}
+
+// API is the admin API of one process.
+type API struct{ o Options }
+
+// New returns the API serving o.
+func New(o Options) *API { return &API{o: o} }
+
+// Handler is every route. /metrics, /healthz and /readyz are open (they
+// carry no device data); /v1 needs the bearer token when one is set.
+func (a *API) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.o.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", a.healthz)
+	mux.HandleFunc("GET /readyz", a.readyz)
+	mux.Handle("GET /{$}", statuspage.Handler()) // the status page: no data, its script calls /v1 with the token
+	mux.Handle("GET /ui/", statuspage.Handler())
+
+	v1 := http.NewServeMux()
+	v1.HandleFunc("GET /v1/devices", a.getDevices)
+	v1.HandleFunc("GET /v1/alarms", a.withAlarms(a.getAlarms))
+	v1.HandleFunc("GET /v1/devices/{id}", a.getDevice)
+	v1.HandleFunc("DELETE /v1/devices/{id}", a.deleteDevice)
+	v1.HandleFunc("PUT /v1/devices/{id}/threshold", a.putThreshold)
+	v1.HandleFunc("PUT /v1/devices/{id}/group", a.putGroup)
+	v1.HandleFunc("POST /v1/devices/{id}/ack", a.postAck)
+	v1.HandleFunc("GET /v1/mutes", a.withAlarms(a.getMutes))
+	v1.HandleFunc("POST /v1/mutes", a.withAlarms(a.postMute))
+	v1.HandleFunc("DELETE /v1/mutes/{id}", a.withAlarms(a.deleteMute))
+	v1.HandleFunc("POST /v1/signals", a.postSignals)
+	v1.HandleFunc("GET /v1/shards", a.getShards)
+	v1.HandleFunc("POST /v1/shards/double", a.postShardsDouble)
+	v1.HandleFunc("GET /v1/stats", a.getStats)
+	v1.HandleFunc("GET /v1/storms", a.withAlarms(a.getStorms))
+	v1.HandleFunc("POST /v1/groups/{group}/ack", a.withAlarms(a.postGroupAck))
+	v1.HandleFunc("POST /v1/fleet/ack", a.withAlarms(a.postFleetAck))
+	if a.o.Timers != nil {
+		v1.HandleFunc("PUT /v1/timers/{queue}/{id...}", a.putTimer)
+		v1.HandleFunc("GET /v1/timers/{queue}/{id...}", a.getTimer)
+		v1.HandleFunc("DELETE /v1/timers/{queue}/{id...}", a.deleteTimer)
+		v1.HandleFunc("POST /v1/timers/{queue}", a.postTimers)
+	} else {
+		v1.HandleFunc("/v1/timers/", func(w http.ResponseWriter, _ *http.Request) {
+			writeError(w, http.StatusServiceUnavailable, "timers are off here (timers.enabled: false)")
+		})
+	}
+	mux.Handle("/v1/", a.auth(v1))
+	return mux
+}
+
+// Serve serves Handler on ln until ctx ends, then shuts the server down,
+// letting requests in flight finish for up to five seconds.
+func (a *API) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http: %w", err)
+	}
+	return nil
+}
+
+func (a *API) auth(next http.Handler) http.Handler {
+	if a.o.Token == "" {
+		return next
+	}
+	want := []byte("Bearer " + a.o.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,25 @@
+// Package api is sigwatch's HTTP API: every route of a process with the api
+// role, built by New from Options and served by one Handler. It sits above
+// the roles and calls them; it holds the one mapping of domain errors to
+// status codes, the one JSON writer, the one limit parser, and the wire
+// types the sigwatch CLI decodes. A use case that spans packages (removing
+// a device, setting its group or threshold with the durable registry)
+// sits beside its handler, its order written once.
+//
+// What lives where:
+//
+//   - api.go: Config (the http section), Options, API, Handler (the
+//     routes), Serve, and the bearer token.
+//   - respond.go: writeJSON, the error-to-status mapping, the limit of a
+//     listing, the id check ingest shares.
+//   - health.go: /healthz (liveness) and /readyz (readiness).
+//   - devices.go: one device: get, remove, threshold, group (Device).
+//   - signals.go: POST /v1/signals (Signal).
+//   - lists.go: pages of devices and alarms (DeviceList, AlarmList).
+//   - alarms.go: acks and mutes, and the end of an ack or a mute.
+//   - storms.go: storms and their acks (StormList).
+//   - shards.go: the shards' status (Shards, ShardsStatus) and a doubling
+//     (Double), which sigwatch shards also calls on Redis directly.
+//   - stats.go: GET /v1/stats (Stats).
+//   - timers.go: the generic timers' routes.
+package api

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"time"
+
+	"github.com/sigwatch/sigwatch/alarm"
+	"github.com/sigwatch/sigwatch/api"
+	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/guard"
+	"github.com/sigwatch/sigwatch/ingest"
+	"github.com/sigwatch/sigwatch/internal/clock"
+	"github.com/sigwatch/sigwatch/scanner"
+	"github.com/sigwatch/sigwatch/shard"
+	"github.com/sigwatch/sigwatch/stats"
+	"github.com/sigwatch/sigwatch/timer"
+)
+
+// connect dials Redis and NATS and syncs the clock: every role decides on
+// Redis time from its first step (invariant 9).
+func (a *App) connect(ctx context.Context) error {
+	cfg := a.cfg
+	var err error
+	if a.store, err = shard.Dial(cfg.Redis); err != nil {
+		return err
+	}
+	skew, err := testClockSkew()
+	if err != nil {
+		return err
+	}
+	if a.clock, err = clock.New(a.store.Time, clock.Options{Skew: skew}, a.reg, a.log.With("role", "clock")); err != nil {
+		return err
+	}
+	if err := a.clock.Sync(ctx); err != nil {
+		return err
+	}
+	natsCfg := cfg.NATS
+	natsCfg.Types, natsCfg.Registerer = slices.Collect(maps.Keys(cfg.Thresholds.Types)), a.reg
+	if a.pub, err = dispatch.Dial(ctx, natsCfg, a.log); err != nil {
+		return err
+	}
+	a.reg.MustRegister(natsConnected(a.pub))
+	if a.pub.Mode() != dispatch.JetStream {
+		a.log.Warn("NATS core mode: no durable device registry; if Redis loses data, devices only it knew of are forgotten")
+		return nil
+	}
+	a.registry, err = a.pub.OpenRegistry(ctx)
+	return err
+}
+
+// establish makes Redis's data known whole (or restored) before anything
+// uses it, then reads the topology and thresholds.
+func (a *App) establish(ctx context.Context) error {
+	cfg := a.cfg
+	// The alarm's repeat timers are a second sharded queue, with the
+	// deadlines' shard count at first and doubled with them.
+	if cfg.hasRole("alarm") || cfg.hasRole("api") && a.pub.Mode() == dispatch.JetStream {
+		a.timers = a.store.Sub("alarm")
+	}
+	a.thr = shard.NewThresholds(a.store, cfg.Thresholds.Default, cfg.Thresholds.Types)
+	a.guard = guard.New(guard.Options{
+		Store: a.store, Alarm: a.timers, Registry: a.registry, Pub: a.pub, Thresholds: a.thr,
+		RestoreAlarm: func(ctx context.Context, id, raw string) error {
+			if a.alarms == nil {
+				return nil
+			}
+			return a.alarms.PutBack(ctx, id, raw)
+		},
+		Initial: cfg.Shards.Initial, Now: a.clock.Now, Registerer: a.reg, Log: a.log.With("role", "guard"),
+	})
+	if err := a.guard.Establish(ctx); err != nil {
+		return err
+	}
+	var err error
+	if a.topo, err = shard.NewWatcher(ctx, a.store, cfg.Shards.Initial, 500*time.Millisecond, a.log); err != nil {
+		return err
+	}
+	if err := a.thr.Reload(ctx); err != nil {
+		return err
+	}
+	a.devices = shard.NewDevices(a.store, a.topo, a.thr, a.clock.Now)
+	return nil
+}
+
+func (a *App) newIngest(context.Context) error {
+	cfg := a.cfg
+	if !cfg.hasRole("ingest") {
+		return nil
+	}
+	mqttTLS, err := cfg.MQTT.TLS.Build()
+	if err != nil {
+		return fmt.Errorf("mqtt: %w", err)
+	}
+	a.in, err = ingest.New(ingest.Options{
+		Brokers: cfg.MQTT.Brokers, ClientID: cfg.MQTT.ClientID, Username: cfg.MQTT.Username,
+		Password: cfg.MQTT.Password, TLS: mqttTLS, Topics: cfg.MQTT.Topics, IDLevel: cfg.MQTT.IDLevel,
+		TypeLevel: cfg.MQTT.TypeLevel, GroupLevel: new(cfg.MQTT.GroupLevel), SharedGroup: cfg.MQTT.SharedGroup, QoS: new(byte(cfg.MQTT.QoS)),
+		OrderedBroker: cfg.MQTT.OrderedBroker,
+		Thresholds:    a.thr, TimestampMode: cfg.Timestamp.Mode, MaxSkew: cfg.Timestamp.MaxSkew,
+		Config: cfg.Ingest, Now: a.clock.Now,
+		Registry: a.registry,
+	}, a.store, a.topo, a.pub, a.reg, a.log.With("role", "ingest"))
+	return err
+}
+
+func (a *App) newScanner(context.Context) error {
+	cfg := a.cfg
+	if !cfg.hasRole("scanner") {
+		return nil
+	}
+	var err error
+	if a.scanStore, err = shard.Dial(cfg.Redis); err != nil {
+		return err
+	}
+	a.scanStore.ShareGeneration(a.store)
+	a.sc, err = scanner.New(scanner.Options{
+		Replica: replicaID(), LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll,
+		Batch: cfg.Scanner.Batch, Thresholds: a.thr, Now: a.live.Wrap("scanner", a.clock.Now),
+	}, a.scanStore, a.topo, a.pub, a.reg, a.log.With("role", "scanner"))
+	return err
+}
+
+// newAlarms sets up the alarms: the alarm role runs them, the api role
+// serves their acks and mutes (nil when NATS runs in core mode).
+func (a *App) newAlarms(ctx context.Context) error {
+	cfg := a.cfg
+	if a.timers == nil {
+		return nil
+	}
+	var err error
+	if a.rtopo, err = shard.NewWatcher(ctx, a.timers, a.topo.Current().Shards, 500*time.Millisecond, a.log); err != nil {
+		return err
+	}
+	replica, now := "", a.clock.Now
+	if cfg.hasRole("alarm") {
+		replica, now = replicaID(), a.live.Wrap("alarm", a.clock.Now)
+	}
+	a.alarms, err = alarm.New(alarm.Options{
+		Policy: cfg.Alarm.Policy, Replica: replica, AckWait: cfg.Alarm.AckWait,
+		LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll, Batch: cfg.Scanner.Batch,
+		Rate: cfg.Alarm.Rate, RateTotal: cfg.Alarm.RateTotal,
+		Registry: a.registry, Now: now, Storm: cfg.Storm, Threshold: a.thr.For,
+	}, a.store, a.topo, a.timers, a.rtopo, a.pub, a.reg, a.log.With("role", "alarm"))
+	return err
+}
+
+// newTimers sets up the generic timers: the scanner role fires them, the
+// ingest role stores the resets published over NATS, the api role serves
+// them.
+func (a *App) newTimers(context.Context) error {
+	cfg := a.cfg
+	if !cfg.Timers.Enabled {
+		return nil
+	}
+	js := a.pub.Mode() == dispatch.JetStream
+	if cfg.Timers.NATS && !js {
+		a.log.Warn("NATS core mode: timer resets over NATS are off (they need JetStream); the timer API works")
+	}
+	tc := cfg.Timers
+	tc.NATS = tc.NATS && js
+	var err error
+	a.timerSvc, err = timer.New(timer.Options{
+		Replica: replicaID(), Fire: cfg.hasRole("scanner"), Config: tc, Consume: cfg.hasRole("ingest"),
+		LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll, Batch: cfg.Scanner.Batch, Now: a.clock.Now,
+		Limits:    timer.Limits{MaxPayload: cfg.Timers.MaxPayload, MaxIDLen: cfg.Ingest.MaxIDLen},
+		FireStore: a.scanStore,
+	}, a.store, a.topo, a.pub, a.reg, a.log.With("role", "timers"))
+	return err
+}
+
+// newAPI sets up the fleet stats every process reports and, with the api
+// role, the listener and the routes.
+func (a *App) newAPI(context.Context) error {
+	cfg := a.cfg
+	so := stats.Options{Name: replicaID(), Roles: cfg.Roles, History: cfg.hasRole("api"), Store: a.store, Gatherer: a.reg,
+		Now: a.clock.Now, OutageAfter: cfg.Ingest.OutageAfter, Log: a.log.With("role", "stats")}
+	if a.alarms != nil {
+		so.Mutes = func(ctx context.Context) (int, error) {
+			ms, err := a.alarms.Mutes(ctx)
+			return len(ms), err
+		}
+	}
+	a.stats = stats.New(so)
+	if !cfg.hasRole("api") {
+		return nil
+	}
+	var err error
+	if a.httpLn, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {
+		return fmt.Errorf("http: %w (set http.addr / SIGWATCH_HTTP_ADDR)", err)
+	}
+	a.api = api.New(api.Options{
+		Config: cfg.HTTP, MaxIDLen: cfg.Ingest.MaxIDLen, Store: a.store, Devices: a.devices, Pub: a.pub, Guard: a.guard,
+		Stats: a.stats, Registry: a.registry, Ingest: a.in, Alarms: a.alarms, Timers: a.timerSvc,
+		Gatherer: a.reg, Stalled: a.live.Stalled, Now: a.clock.Now, Log: a.log,
+	})
+	return nil
+}

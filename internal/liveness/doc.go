@@ -1,0 +1,14 @@
+// Package liveness is what GET /healthz answers (api.Options.Stalled):
+// whether the process's long-running loops still make progress. Each
+// watched role beats whenever its loop reads the clock; the scanner and
+// alarm coordinators do so every rebalance period (500ms) whatever Redis,
+// NATS or the broker do, because every call they make to them is bounded
+// (see minStale). So a beat older than stale means a loop is stuck in this
+// process, and a restart helps; a dependency being down is readiness's
+// business (/readyz), and restarting pods for it would only add to the
+// outage.
+//
+// Files:
+//
+//   - liveness.go: the beats of the watched loops and which are stalled.
+package liveness
