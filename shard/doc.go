@@ -46,8 +46,7 @@
 //	pager.go       paging through SCAN cursors; ListParts
 //	list.go        the device listings (watched, lost)
 //	status.go      one batched status read of every shard
-//	reports.go     the processes' own reports, the fleet's watched and lost
-//	               counts, the latest outages
+//	fleet.go       the fleet's watched and lost counts in one round trip
 //	writer.go      Writer: placing under a lagging topology, epoch reports
 //	ids.go         the id rules and the reserved $sigwatch- space
 //	time.go        Redis server time, the one clock

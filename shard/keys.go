@@ -176,11 +176,6 @@ func (k Keys) Lost(id string) string { return k.partKey(id, "lost") }
 // device id across processes (value = the holder's token, PX ttl).
 func (k Keys) ThresholdLock(id string) string { return k.partKey(id, "thrlock:"+id) }
 
-// Reports is the HASH of the processes' own reports (process -> "at:body",
-// see reports.go): what each counted over its last minute, for fleet-wide
-// stats.
-func (k Keys) Reports() string { return k.meta("reports") }
-
 // Group is the HASH (id -> group name) of the devices of id's partition
 // and sub-partition that belong to a group.
 func (k Keys) Group(id string) string {
@@ -209,7 +204,7 @@ var leaves = []leaf{
 	{"meta", "checkpoint", "shard"}, {"meta", "watermark", "shard"}, {"meta", "outages", "shard"},
 	{"meta", "ingest", "shard"}, {"meta", "writers", "shard"}, {"meta", "drain", "shard"},
 	{"meta", "scanners", "shard"}, {"meta", "scanners:", "shard"}, {"meta", "overrides", "shard"},
-	{"meta", "overrides:v", "shard"}, {"meta", "types", "shard"}, {"meta", "reports", "shard"},
+	{"meta", "overrides:v", "shard"}, {"meta", "types", "shard"}, {"meta", "reports", "stats"},
 	{"meta", "mutes", "alarm"}, {"meta", "storms", "alarm"}, {"meta", "open:built", "alarm"},
 
 	{"r", "reg", "shard"}, {"r", "reg:", "shard"}, {"r", "grp:", "shard"}, {"r", "lost", "shard"},

@@ -63,7 +63,7 @@ func TestEveryKeyIsALeaf(t *testing.T) {
 		k.Owner(1), l.Owner(1), k.Fence(1), l.Fence(1), k.TimerPayloads(1), k.TimersCarried(1), k.TimersFiring(1),
 		k.Layout(1), k.Topology(), k.Generation(), k.RestoreLock(), k.CheckpointLock(), k.Watermark(), k.Outages(),
 		k.Members(), k.Writers(), k.Drain(), k.Scanners(), l.Scanners(), k.Overrides(), k.OverridesVersion(),
-		k.TypeCodes(), k.Reports(), k.TimersFired("d"), k.Registry("d"), k.partKey("d", legacyRegistry), k.Lost("d"),
+		k.TypeCodes(), k.TimersFired("d"), k.Registry("d"), k.partKey("d", legacyRegistry), k.Lost("d"),
 		k.ThresholdLock("d"), k.Group("d"), k.GroupMembers("g1")}
 	for _, key := range keys {
 		rest := strings.TrimPrefix(key, "sw:{")

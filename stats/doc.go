@@ -15,5 +15,7 @@
 //   - merge.go: summing the fresh reports; fire-lag quantiles from merged
 //     histogram buckets.
 //   - view.go: View (GET /v1/stats), its computation and cache, the history.
+//   - reports.go: Reports, each process's report in one HASH, stale ones
+//     pruned by whoever writes or reads next.
 //   - drain.go: Drain, the progress of a doubling (DrainOf).
 package stats

@@ -22,7 +22,7 @@ type fleetReports struct {
 
 // readReports reads and sums the fresh reports at now.
 func (s *Fleet) readReports(ctx context.Context, now time.Time) (fleetReports, error) {
-	rs, err := s.opts.Store.Reports(ctx, now, ReportMaxAge)
+	rs, err := s.reports.Fresh(ctx, now, ReportMaxAge)
 	if err != nil {
 		return fleetReports{}, err
 	}

@@ -67,7 +67,8 @@ type Options struct {
 // Fleet reports this process's counts and, with History, computes the
 // fleet's stats and keeps their history.
 type Fleet struct {
-	opts Options
+	opts    Options
+	reports Reports
 
 	// ring holds the samples of the last minute, oldest first; only the
 	// report loop touches it.
@@ -84,7 +85,7 @@ type Fleet struct {
 // New returns the stats of one process; Run reports them.
 func New(opts Options) *Fleet {
 	opts.Roles = slices.Sorted(slices.Values(opts.Roles))
-	return &Fleet{opts: opts}
+	return &Fleet{opts: opts, reports: NewReports(opts.Store)}
 }
 
 // Run reports every second and, with History, adds a point to the history
@@ -105,7 +106,7 @@ func (s *Fleet) reportLoop(ctx context.Context) {
 	periodic.Run(ctx, ReportEvery, func(time.Time) { s.report(ctx) })
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if err := s.opts.Store.Unreport(uctx, s.opts.Name); err != nil {
+	if err := s.reports.Delete(uctx, s.opts.Name); err != nil {
 		s.opts.Log.Debug("withdrawing the report failed", "err", err)
 	}
 }
@@ -125,7 +126,7 @@ func (s *Fleet) report(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	if err := s.opts.Store.Report(ctx, s.opts.Name, shard.Report{At: now.UnixMilli(), Body: string(body)}, ReportMaxAge); err != nil && ctx.Err() == nil {
+	if err := s.reports.Put(ctx, s.opts.Name, Report{At: now.UnixMilli(), Body: string(body)}, ReportMaxAge); err != nil && ctx.Err() == nil {
 		s.opts.Log.Warn("report failed", "err", err)
 	}
 }
