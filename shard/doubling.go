@@ -20,7 +20,7 @@ import (
 //     claim, so it checks moved members against their partner shard from the
 //     first write placed under 2N on, whether or not it has seen the topology.
 //  2. While prev != 0, writers switch as they notice; each reports the epoch
-//     it writes with (ReportWriter). Once every live writer writes with the
+//     it writes with (reportWriter). Once every live writer writes with the
 //     current epoch, the owner of each old shard raises the shard's floor to
 //     it (writes placed under an older topology are refused from then on, so
 //     a writer that lagged, paused or was taken for dead cannot put a moved
@@ -93,7 +93,7 @@ func (s *Store) Double(ctx context.Context, now time.Time) (Topology, error) {
 // drainingErr says which doubling is draining and how far it got.
 func (s *Store) drainingErr(ctx context.Context, t Topology) error {
 	left := "unknown number of"
-	if reports, err := s.DrainReports(ctx); err == nil && len(reports) > 0 {
+	if reports, err := s.DrainStates(ctx); err == nil && len(reports) > 0 {
 		var moved int64
 		for _, r := range reports {
 			if r.Epoch == t.Epoch {
@@ -224,8 +224,8 @@ func (s *Store) scanMembers(ctx context.Context, key string, fn func(member stri
 	}
 }
 
-// DrainReport is what the owner of an old shard last found in it.
-type DrainReport struct {
+// DrainState is what the owner of an old shard last found in it.
+type DrainState struct {
 	Epoch int64 // the topology epoch the shard was checked under
 	Moved int64 // moved members left, over every family
 	// Floored says the shard's floor was raised to Epoch before the check,
@@ -235,10 +235,10 @@ type DrainReport struct {
 }
 
 // Drained reports whether the report says its shard is drained for epoch.
-func (r DrainReport) Drained(epoch int64) bool { return r.Epoch == epoch && r.Moved == 0 && r.Floored }
+func (r DrainState) Drained(epoch int64) bool { return r.Epoch == epoch && r.Moved == 0 && r.Floored }
 
-// ReportDrain records what the check of old shard i found.
-func (s *Store) ReportDrain(ctx context.Context, i int, r DrainReport) error {
+// RecordDrain records what the check of old shard i found.
+func (s *Store) RecordDrain(ctx context.Context, i int, r DrainState) error {
 	floored := "0"
 	if r.Floored {
 		floored = "1"
@@ -248,15 +248,15 @@ func (s *Store) ReportDrain(ctx context.Context, i int, r DrainReport) error {
 	return s.hashSet(ctx, s.k.Drain(), field, v, "report drain of shard "+field)
 }
 
-// DrainReports returns the drain reports of the doubling in force, by shard.
-func (s *Store) DrainReports(ctx context.Context) (map[int]DrainReport, error) {
-	return hashRecords(ctx, s, s.k.Drain(), "drain reports", func(k, v string) (int, DrainReport, bool) {
+// DrainStates returns the drain reports of the doubling in force, by shard.
+func (s *Store) DrainStates(ctx context.Context) (map[int]DrainState, error) {
+	return hashRecords(ctx, s, s.k.Drain(), "drain reports", func(k, v string) (int, DrainState, bool) {
 		i, err := strconv.Atoi(k)
 		p := strings.Split(v, ":")
 		if err != nil || len(p) != 4 {
-			return 0, DrainReport{}, false
+			return 0, DrainState{}, false
 		}
-		var r DrainReport
+		var r DrainState
 		r.Epoch, _ = strconv.ParseInt(p[0], 10, 64)
 		r.Moved, _ = strconv.ParseInt(p[1], 10, 64)
 		r.Floored = p[2] == "1"

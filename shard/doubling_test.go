@@ -35,7 +35,7 @@ func TestDoublePublishesLayoutThenTopology(t *testing.T) {
 	if n, _, _ := s.Layout(ctx, 4); n != 0 {
 		t.Errorf("new shard 4: got layout %d, want unset", n)
 	}
-	if err := s.ReportDrain(ctx, 1, shard.DrainReport{Epoch: 2, Moved: 7}); err != nil {
+	if err := s.RecordDrain(ctx, 1, shard.DrainState{Epoch: 2, Moved: 7}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.Double(ctx, now)
@@ -193,16 +193,16 @@ func TestDrainFinishesOnlyWhenEveryOldShardIsClean(t *testing.T) {
 	if finish() {
 		t.Fatal("finished with no drain report, want refused")
 	}
-	s.ReportDrain(ctx, 0, shard.DrainReport{Epoch: cur.Epoch, Moved: 0, Floored: true})
-	s.ReportDrain(ctx, 1, shard.DrainReport{Epoch: cur.Epoch, Moved: 0, Floored: false})
+	s.RecordDrain(ctx, 0, shard.DrainState{Epoch: cur.Epoch, Moved: 0, Floored: true})
+	s.RecordDrain(ctx, 1, shard.DrainState{Epoch: cur.Epoch, Moved: 0, Floored: false})
 	if finish() {
 		t.Fatal("finished with shard 1 checked before its floor was raised, want refused")
 	}
-	s.ReportDrain(ctx, 1, shard.DrainReport{Epoch: cur.Epoch - 1, Moved: 0, Floored: true})
+	s.RecordDrain(ctx, 1, shard.DrainState{Epoch: cur.Epoch - 1, Moved: 0, Floored: true})
 	if finish() {
 		t.Fatal("finished with shard 1 checked under an older epoch, want refused")
 	}
-	s.ReportDrain(ctx, 1, shard.DrainReport{Epoch: cur.Epoch, Moved: 0, Floored: true})
+	s.RecordDrain(ctx, 1, shard.DrainState{Epoch: cur.Epoch, Moved: 0, Floored: true})
 	if ok, _ := s.FinishDoubling(ctx, cur.Epoch-1, now); ok {
 		t.Fatal("finished for a stale epoch, want refused")
 	}
@@ -213,7 +213,7 @@ func TestDrainFinishesOnlyWhenEveryOldShardIsClean(t *testing.T) {
 	if want := (shard.Topology{Shards: 4, Prev: 0, Epoch: cur.Epoch + 1, Since: now.UnixMilli()}); got != want {
 		t.Errorf("after finish: got %+v, want %+v", got, want)
 	}
-	if reports, _ := s.DrainReports(ctx); len(reports) != 0 {
+	if reports, _ := s.DrainStates(ctx); len(reports) != 0 {
 		t.Errorf("drain reports after finish: %v, want none", reports)
 	}
 	if _, err := s.Double(ctx, now); err != nil {

@@ -8,11 +8,11 @@ import (
 	"github.com/sigwatch/sigwatch/shard"
 )
 
-// TestUpsertReportsAbsentIDsOnce proves the write path's contract: deadlines
+// TestUpsertNamesAbsentIDsOnce proves the write path's contract: deadlines
 // only move forward (ZADD GT), the ids absent before the write are returned
 // once each, even when an id appears twice in a batch or a batch spans the
 // script's chunks, and a repeated write is idempotent and reports nothing.
-func TestUpsertReportsAbsentIDsOnce(t *testing.T) {
+func TestUpsertNamesAbsentIDsOnce(t *testing.T) {
 	ctx, s := newStore(t)
 	const n = 2500 // more members than the script handles per chunk
 	var present []shard.Entry

@@ -132,15 +132,15 @@ func placed[T any](ctx context.Context, w *Writer, items []T, id func(T) string,
 	}
 }
 
-// ReportEvery is how often a writer reports its epoch when it has not
+// EpochEvery is how often a writer reports its epoch when it has not
 // changed; a change is reported within reportPoll.
 const (
-	ReportEvery = time.Second
+	EpochEvery = time.Second
 	reportPoll  = 50 * time.Millisecond
 )
 
 // Run reports the writer's epoch (within reportPoll of a change, and every
-// ReportEvery anyway, so the drain knows it is alive) until ctx is done, then
+// EpochEvery anyway, so the drain knows it is alive) until ctx is done, then
 // removes the report: a writer that left is not waited for. The caller owns
 // the goroutine that runs it; it returns after the removal.
 func (w *Writer) Run(ctx context.Context, now func() time.Time, log *slog.Logger) {
@@ -154,8 +154,8 @@ func (w *Writer) Run(ctx context.Context, now func() time.Time, log *slog.Logger
 		at       time.Time
 	)
 	for {
-		if e := w.Epoch(); e != reported || time.Since(at) >= ReportEvery {
-			rctx, cancel := context.WithTimeout(ctx, ReportEvery)
+		if e := w.Epoch(); e != reported || time.Since(at) >= EpochEvery {
+			rctx, cancel := context.WithTimeout(ctx, EpochEvery)
 			err := w.store.reportWriter(rctx, w.name, e, now())
 			cancel()
 			if err == nil {
@@ -182,8 +182,8 @@ func (w *Writer) Run(ctx context.Context, now func() time.Time, log *slog.Logger
 // come back, the floors refuse what it placed under an old topology.
 const WriterTimeout = 10 * time.Second
 
-// WriterReport is the epoch a writer writes with, and when it said so.
-type WriterReport struct {
+// WriterEpoch is the epoch a writer writes with, and when it said so.
+type WriterEpoch struct {
 	Epoch int64
 	At    int64 // unix ms
 }
@@ -200,10 +200,10 @@ func (s *Store) leaveWriter(ctx context.Context, name string) error {
 }
 
 // Writers returns every writer's last report.
-func (s *Store) Writers(ctx context.Context) (map[string]WriterReport, error) {
-	return hashRecords(ctx, s, s.k.Writers(), "writers", func(name, v string) (string, WriterReport, bool) {
+func (s *Store) Writers(ctx context.Context) (map[string]WriterEpoch, error) {
+	return hashRecords(ctx, s, s.k.Writers(), "writers", func(name, v string) (string, WriterEpoch, bool) {
 		a, b, _ := strings.Cut(v, ":")
-		var r WriterReport
+		var r WriterEpoch
 		r.Epoch, _ = strconv.ParseInt(a, 10, 64)
 		r.At, _ = strconv.ParseInt(b, 10, 64)
 		return name, r, true
@@ -213,7 +213,7 @@ func (s *Store) Writers(ctx context.Context) (map[string]WriterReport, error) {
 // WritersCurrent reports whether every writer heard from within
 // WriterTimeout of now writes with epoch or later, and names the ones that
 // do not.
-func WritersCurrent(reports map[string]WriterReport, epoch int64, now time.Time) (ok bool, lagging []string) {
+func WritersCurrent(reports map[string]WriterEpoch, epoch int64, now time.Time) (ok bool, lagging []string) {
 	for name, r := range reports {
 		if r.At < now.Add(-WriterTimeout).UnixMilli() {
 			continue

@@ -10,11 +10,11 @@ import (
 	"github.com/sigwatch/sigwatch/shard"
 )
 
-// TestWriterReportsItsEpoch proves the writer side of the drain: a writer
+// TestWriterAnnouncesItsEpoch proves the writer side of the drain: a writer
 // reports the epoch it writes with, moves on when its topology does, and
 // removes its report when it stops; a silent writer stops counting after
 // WriterTimeout.
-func TestWriterReportsItsEpoch(t *testing.T) {
+func TestWriterAnnouncesItsEpoch(t *testing.T) {
 	ctx, s := newStore(t)
 	var (
 		mu   sync.Mutex

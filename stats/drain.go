@@ -53,7 +53,7 @@ func DrainOf(ctx context.Context, store *shard.Store, t shard.Topology, now time
 	if !t.Draining() {
 		return v, nil
 	}
-	reports, err := store.DrainReports(ctx)
+	reports, err := store.DrainStates(ctx)
 	if err != nil {
 		return Drain{}, err
 	}

@@ -70,8 +70,8 @@ func (e *Engine) drainStep(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("queue: drain: %w", err)
 		}
-		r := shard.DrainReport{Epoch: t.Epoch, Moved: moved, Floored: current, At: now.UnixMilli()}
-		if err := e.store.ReportDrain(ctx, i, r); err != nil {
+		r := shard.DrainState{Epoch: t.Epoch, Moved: moved, Floored: current, At: now.UnixMilli()}
+		if err := e.store.RecordDrain(ctx, i, r); err != nil {
 			return fmt.Errorf("queue: drain: %w", err)
 		}
 		total += moved
