@@ -136,7 +136,7 @@ func placed[T any](ctx context.Context, w *Writer, items []T, id func(T) string,
 // changed; a change is reported within reportPoll.
 const (
 	EpochEvery = time.Second
-	reportPoll  = 50 * time.Millisecond
+	reportPoll = 50 * time.Millisecond
 )
 
 // Run reports the writer's epoch (within reportPoll of a change, and every
