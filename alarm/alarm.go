@@ -35,12 +35,11 @@ type Options struct {
 	// claimed batch, default 32.
 	Workers int
 
-	// The repeat timers' lease time, rebalance period, poll bound and claim
-	// limit (see queue.Options), defaults 5s, 500ms, 20ms, 256.
-	LeaseTTL  time.Duration
+	// Engine is the repeat timers' engine settings (the scanner section: a
+	// zero field takes queue.DefaultConfig's) and Rebalance their
+	// membership period (see queue.Options).
+	Engine    queue.Config
 	Rebalance time.Duration
-	Poll      time.Duration
-	Batch     int
 	// DrainCheck is the repeat timers' drain period during a doubling of
 	// them, default 5s.
 	DrainCheck time.Duration
@@ -142,7 +141,7 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, timers *shard.St
 	if opts.Replica != "" {
 		a.engine, err = queue.New(queue.Options{
 			Replica: opts.Replica, Family: shard.Repeats, Name: "repeats", Watermark: store,
-			LeaseTTL: opts.LeaseTTL, Rebalance: opts.Rebalance, Poll: opts.Poll, Batch: opts.Batch,
+			Config: opts.Engine, Rebalance: opts.Rebalance,
 			DrainCheck: opts.DrainCheck, Now: opts.Now, Fencer: repeats{a},
 		}, timers, timerTopo, repeats{a}, reg, log.With("queue", "repeats"))
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/sigwatch/sigwatch/internal/testenv"
 	"github.com/sigwatch/sigwatch/scanner"
 	"github.com/sigwatch/sigwatch/shard"
+	"github.com/sigwatch/sigwatch/shard/queue"
 )
 
 const (
@@ -102,8 +103,8 @@ func harnessWith(t *testing.T, clock *testenv.Clock) *harness {
 	wg.Go(func() { h.rtopo.Run(runCtx) })
 	wg.Go(func() { _ = h.in.Run(runCtx) })
 	wg.Go(func() { h.playWatermark(runCtx) })
-	sc, err := scanner.New(scanner.Options{Replica: "deadlines", Thresholds: thr, LeaseTTL: time.Second,
-		Rebalance: 100 * time.Millisecond, Poll: 10 * time.Millisecond}, h.store, h.topo, h.pub, nil, h.log)
+	sc, err := scanner.New(scanner.Options{Replica: "deadlines", Thresholds: thr,
+		Config: queue.Config{LeaseTTL: time.Second, Poll: 10 * time.Millisecond}, Rebalance: 100 * time.Millisecond}, h.store, h.topo, h.pub, nil, h.log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,8 +149,8 @@ func (h *harness) alarms(replica string, p Policy) (*Alarms, func()) {
 // alarmsWith is alarms with options changed by with (if not nil).
 func (h *harness) alarmsWith(replica string, p Policy, with func(*Options)) (*Alarms, func()) {
 	h.t.Helper()
-	opts := Options{Policy: p, Replica: replica, AckWait: 2 * time.Second, LeaseTTL: time.Second,
-		Rebalance: 100 * time.Millisecond, Poll: 10 * time.Millisecond, DrainCheck: 200 * time.Millisecond,
+	opts := Options{Policy: p, Replica: replica, AckWait: 2 * time.Second,
+		Engine: queue.Config{LeaseTTL: time.Second, Poll: 10 * time.Millisecond}, Rebalance: 100 * time.Millisecond, DrainCheck: 200 * time.Millisecond,
 		CountEvery: 100 * time.Millisecond}
 	if with != nil {
 		with(&opts)

@@ -17,6 +17,7 @@ import (
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/servers"
 	"github.com/sigwatch/sigwatch/shard"
+	"github.com/sigwatch/sigwatch/shard/queue"
 	"github.com/sigwatch/sigwatch/timer"
 )
 
@@ -74,7 +75,7 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	svc, err := timer.New(timer.Options{Replica: "client-test", Fire: true, Config: timer.Config{NATS: true}, Consume: true,
-		LeaseTTL: time.Second, Poll: 10 * time.Millisecond}, store, topo, pub, nil, nil)
+		Engine: queue.Config{LeaseTTL: time.Second, Poll: 10 * time.Millisecond}}, store, topo, pub, nil, nil)
 	if err != nil {
 		return 0, err
 	}

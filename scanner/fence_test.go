@@ -13,6 +13,7 @@ import (
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/testenv"
 	"github.com/sigwatch/sigwatch/shard"
+	"github.com/sigwatch/sigwatch/shard/queue"
 )
 
 // fenceDuplicates is the stream's de-duplication window in the fence
@@ -210,8 +211,8 @@ func (h *harness) scannerBehindProxy(replica string) (*Scanner, *testenv.Proxy) 
 		h.t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(h.t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := New(Options{Replica: replica, LeaseTTL: time.Second, Rebalance: 100 * time.Millisecond,
-		Poll: 10 * time.Millisecond, Batch: 64, Thresholds: shard.NewThresholds(store, threshold, nil)},
+	s, err := New(Options{Replica: replica, Rebalance: 100 * time.Millisecond,
+		Config: queue.Config{LeaseTTL: time.Second, Poll: 10 * time.Millisecond, Batch: 64}, Thresholds: shard.NewThresholds(store, threshold, nil)},
 		store, topo, h.pub, prometheus.NewRegistry(), log.With("replica", replica))
 	if err != nil {
 		h.t.Fatal(err)

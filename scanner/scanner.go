@@ -21,17 +21,12 @@ type Options struct {
 	// Replica names this process among the scanners; it must be unique,
 	// e.g. host-pid-random.
 	Replica string
-	// LeaseTTL is the lease time of a shard, default 5s. Leases are renewed
-	// every LeaseTTL/3; a dead replica's shards move within about LeaseTTL.
-	LeaseTTL time.Duration
+	// Config is the scanner section (lease time, poll bound, claim limit);
+	// a zero field takes queue.DefaultConfig's.
+	queue.Config
 	// Rebalance is the period of the membership heartbeat and of lease
 	// acquisition and release, default 500ms.
 	Rebalance time.Duration
-	// Poll bounds the wait between two claims of one shard and the age of
-	// the watermark read, default DefaultPoll.
-	Poll time.Duration
-	// Batch is the claim limit, default 256.
-	Batch int
 	// Thresholds gives each device's threshold, to compute last_seen and
 	// apply the outage rule. Required.
 	Thresholds *shard.Thresholds
@@ -41,9 +36,6 @@ type Options struct {
 	// (see queue.Options.DrainCheck), default 5s.
 	DrainCheck time.Duration
 }
-
-// DefaultPoll is the default Options.Poll.
-const DefaultPoll = queue.DefaultPoll
 
 // Scanner fires the expired deadlines of the shards it owns as lost events.
 type Scanner struct {
@@ -81,7 +73,7 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Pu
 	s := &Scanner{opts: opts, m: m, h: h}
 	s.eng, err = queue.New(queue.Options{
 		Replica: opts.Replica, Family: shard.Deadlines, Name: family,
-		LeaseTTL: opts.LeaseTTL, Rebalance: opts.Rebalance, Poll: opts.Poll, Batch: opts.Batch,
+		Config: opts.Config, Rebalance: opts.Rebalance,
 		Now: opts.Now, DrainCheck: opts.DrainCheck, Fencer: h,
 		AfterFire: func(i int) {
 			if s.afterPublish != nil {

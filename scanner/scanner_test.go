@@ -16,6 +16,7 @@ import (
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/testenv"
 	"github.com/sigwatch/sigwatch/shard"
+	"github.com/sigwatch/sigwatch/shard/queue"
 )
 
 const threshold = time.Second
@@ -72,8 +73,8 @@ func newHarnessOn(t *testing.T, shards int, addrs []string) *harness {
 // opts changed by mod.
 func (h *harness) scanner(replica string, mod func(*Options)) (*Scanner, *prometheus.Registry) {
 	h.t.Helper()
-	opts := Options{Replica: replica, LeaseTTL: time.Second, Rebalance: 100 * time.Millisecond,
-		Poll: 10 * time.Millisecond, Batch: 64, Thresholds: h.thr}
+	opts := Options{Replica: replica, Rebalance: 100 * time.Millisecond,
+		Config: queue.Config{LeaseTTL: time.Second, Poll: 10 * time.Millisecond, Batch: 64}, Thresholds: h.thr}
 	if mod != nil {
 		mod(&opts)
 	}

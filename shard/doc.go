@@ -20,7 +20,8 @@
 //	doubling.go    Double, layouts and floors, the drain and its reports
 //	upsert.go      Upsert: pushing deadlines forward; Admit
 //	               decides which absent ids may be added
-//	timers.go      Arm, Set, Score(s), Remove, Size(s), a shard's head
+//	family.go      the members of any family's ZSETs: Arm, Set, Score(s),
+//	               Remove, Size(s), a shard's head
 //	queues.go      the generic timers of named queues (family Timers):
 //	               the write fence, resets with payloads, Get, the payloads
 //	               of firing timers, fired marks for the crossing rule

@@ -33,10 +33,10 @@ type Options struct {
 	// role).
 	Consume bool
 
-	LeaseTTL   time.Duration
-	Poll       time.Duration
-	Batch      int
-	DrainCheck time.Duration // see queue.Options
+	// Engine is the firing engine's settings (the scanner section: a zero
+	// field takes queue.DefaultConfig's); DrainCheck, see queue.Options.
+	Engine     queue.Config
+	DrainCheck time.Duration
 	Now        func() time.Time
 	Limits     Limits
 	// FireStore, if set, is the Redis connection the engine fires on
@@ -96,8 +96,8 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Pu
 	if opts.Fire {
 		h := &fire{svc: s}
 		s.eng, err = queue.New(queue.Options{
-			Replica: opts.Replica, Family: shard.Timers, Name: family, LeaseTTL: opts.LeaseTTL,
-			Poll: opts.Poll, Batch: opts.Batch, DrainCheck: opts.DrainCheck, Now: opts.Now, Watermark: s.wm, Fencer: h,
+			Replica: opts.Replica, Family: shard.Timers, Name: family, Config: opts.Engine,
+			DrainCheck: opts.DrainCheck, Now: opts.Now, Watermark: s.wm, Fencer: h,
 		}, fires.Leases("timers"), topo, h, reg, log)
 		if err != nil {
 			return nil, err

@@ -14,6 +14,7 @@ import (
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/testenv"
 	"github.com/sigwatch/sigwatch/shard"
+	"github.com/sigwatch/sigwatch/shard/queue"
 )
 
 // harness is one test's Redis, NATS, store and timer service.
@@ -52,8 +53,8 @@ func newHarness(t *testing.T, shards int) *harness {
 // service starts a timer service with test timings until the test ends.
 func (h *harness) service(replica string, mod func(*Options)) *Service {
 	h.t.Helper()
-	opts := Options{Replica: replica, Fire: true, Config: Config{NATS: true}, Consume: true, LeaseTTL: time.Second,
-		Poll: 10 * time.Millisecond, Batch: 256}
+	opts := Options{Replica: replica, Fire: true, Config: Config{NATS: true}, Consume: true,
+		Engine: queue.Config{LeaseTTL: time.Second, Poll: 10 * time.Millisecond, Batch: 256}}
 	if mod != nil {
 		mod(&opts)
 	}

@@ -52,14 +52,14 @@ type App struct {
 	in       *ingest.Ingest
 	sc       *scanner.Scanner
 
-	// timers and rtopo are the alarm's repeat timer queue and its
-	// topology; alarms serves the alarm role and the API's ack and mutes
-	// (nil when NATS runs in core mode).
-	timers *shard.Store
-	rtopo  *shard.Watcher
-	alarms *alarm.Alarms
+	// repeats and repeatTopo are the store of the alarm's repeats (a timer
+	// family of its own) and its topology; alarms serves the alarm role and
+	// the API's ack and mutes (nil when NATS runs in core mode).
+	repeats    *shard.Store
+	repeatTopo *shard.Watcher
+	alarms     *alarm.Alarms
 
-	// timers are the generic timers: their API, NATS path and firing (nil
+	// timerSvc is the generic timers: their API, NATS path and firing (nil
 	// when timers.enabled is off).
 	timerSvc *timer.Service
 
@@ -128,14 +128,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 func (a *App) run(ctx context.Context) {
 	a.g.Go("clock", func(ctx context.Context) error { a.clock.Run(ctx); return nil })
 	a.g.Go("topology", func(ctx context.Context) error { a.topo.Run(ctx); return nil })
-	a.guard.Watch(a.topo, a.rtopo)
+	a.guard.Watch(a.topo, a.repeatTopo)
 	a.g.Go("guard", a.guard.Run)
 	if a.registry != nil {
 		a.g.Go("registry", a.registry.Run)
 	}
 	a.g.Go("thresholds", func(ctx context.Context) error { a.thr.Run(ctx, time.Second, a.log); return nil })
-	if a.rtopo != nil {
-		a.g.Go("alarm topology", func(ctx context.Context) error { a.rtopo.Run(ctx); return nil })
+	if a.repeatTopo != nil {
+		a.g.Go("alarm topology", func(ctx context.Context) error { a.repeatTopo.Run(ctx); return nil })
 	}
 	if a.api != nil {
 		a.g.Go("http", func(ctx context.Context) error { return a.api.Serve(ctx, a.httpLn) })

@@ -59,11 +59,11 @@ func (a *App) establish(ctx context.Context) error {
 	// The alarm's repeat timers are a second sharded queue, with the
 	// deadlines' shard count at first and doubled with them.
 	if cfg.hasRole("alarm") || cfg.hasRole("api") && a.pub.Mode() == dispatch.JetStream {
-		a.timers = a.store.Sub("alarm")
+		a.repeats = a.store.Sub("alarm")
 	}
 	a.thr = shard.NewThresholds(a.store, cfg.Thresholds.Default, cfg.Thresholds.Types)
 	a.guard = guard.New(guard.Options{
-		Store: a.store, Alarm: a.timers, Registry: a.registry, Pub: a.pub, Thresholds: a.thr,
+		Store: a.store, Alarm: a.repeats, Registry: a.registry, Pub: a.pub, Thresholds: a.thr,
 		RestoreAlarm: func(ctx context.Context, id, raw string) error {
 			if a.alarms == nil {
 				return nil
@@ -118,8 +118,7 @@ func (a *App) newScanner(context.Context) error {
 	}
 	a.scanStore.ShareGeneration(a.store)
 	a.sc, err = scanner.New(scanner.Options{
-		Replica: replicaID(), LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll,
-		Batch: cfg.Scanner.Batch, Thresholds: a.thr, Now: a.live.Wrap("scanner", a.clock.Now),
+		Replica: replicaID(), Config: cfg.Scanner, Thresholds: a.thr, Now: a.live.Wrap("scanner", a.clock.Now),
 	}, a.scanStore, a.topo, a.pub, a.reg, a.log.With("role", "scanner"))
 	return err
 }
@@ -128,11 +127,11 @@ func (a *App) newScanner(context.Context) error {
 // serves their acks and mutes (nil when NATS runs in core mode).
 func (a *App) newAlarms(ctx context.Context) error {
 	cfg := a.cfg
-	if a.timers == nil {
+	if a.repeats == nil {
 		return nil
 	}
 	var err error
-	if a.rtopo, err = shard.NewWatcher(ctx, a.timers, a.topo.Current().Shards, 500*time.Millisecond, a.log); err != nil {
+	if a.repeatTopo, err = shard.NewWatcher(ctx, a.repeats, a.topo.Current().Shards, 500*time.Millisecond, a.log); err != nil {
 		return err
 	}
 	replica, now := "", a.clock.Now
@@ -141,10 +140,9 @@ func (a *App) newAlarms(ctx context.Context) error {
 	}
 	a.alarms, err = alarm.New(alarm.Options{
 		Policy: cfg.Alarm.Policy, Replica: replica, AckWait: cfg.Alarm.AckWait,
-		LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll, Batch: cfg.Scanner.Batch,
-		Rate: cfg.Alarm.Rate, RateTotal: cfg.Alarm.RateTotal,
+		Engine: cfg.Scanner, Rate: cfg.Alarm.Rate, RateTotal: cfg.Alarm.RateTotal,
 		Registry: a.registry, Now: now, Storm: cfg.Storm, Threshold: a.thr.For,
-	}, a.store, a.topo, a.timers, a.rtopo, a.pub, a.reg, a.log.With("role", "alarm"))
+	}, a.store, a.topo, a.repeats, a.repeatTopo, a.pub, a.reg, a.log.With("role", "alarm"))
 	return err
 }
 
@@ -165,7 +163,7 @@ func (a *App) newTimers(context.Context) error {
 	var err error
 	a.timerSvc, err = timer.New(timer.Options{
 		Replica: replicaID(), Fire: cfg.hasRole("scanner"), Config: tc, Consume: cfg.hasRole("ingest"),
-		LeaseTTL: cfg.Scanner.LeaseTTL, Poll: cfg.Scanner.Poll, Batch: cfg.Scanner.Batch, Now: a.clock.Now,
+		Engine: cfg.Scanner, Now: a.clock.Now,
 		Limits:    timer.Limits{MaxPayload: cfg.Timers.MaxPayload, MaxIDLen: cfg.Ingest.MaxIDLen},
 		FireStore: a.scanStore,
 	}, a.store, a.topo, a.pub, a.reg, a.log.With("role", "timers"))

@@ -88,8 +88,8 @@ func TestBatchHeldEndsWithTheLease(t *testing.T) {
 		}
 		return nil, nil, ErrFenced
 	}}
-	e, err := New(Options{Replica: "a", Family: shard.Deadlines, LeaseTTL: ttl, Rebalance: 100 * time.Millisecond,
-		Poll: 10 * time.Millisecond}, store, topo, hd, nil, nil)
+	e, err := New(Options{Replica: "a", Family: shard.Deadlines, Rebalance: 100 * time.Millisecond,
+		Config: Config{LeaseTTL: ttl, Poll: 10 * time.Millisecond}}, store, topo, hd, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,20 +89,16 @@ type Options struct {
 	// Name is the family's name in the metrics' family label, default
 	// string(Family).
 	Name string
-	// LeaseTTL is the lease time of a shard, default 5s. Leases are renewed
-	// every LeaseTTL/3; a dead replica's shards move within about LeaseTTL.
-	LeaseTTL time.Duration
+	// Config is the scanner section: the lease time (leases are renewed
+	// every LeaseTTL/3), the poll bound and the claim limit; a zero field
+	// takes DefaultConfig's. A shard with nothing due sleeps until its head
+	// is due, and a write that lands earlier wakes it at once
+	// (shard.Store.Wakes), so Poll only matters for a wake notice lost
+	// without the subscription breaking.
+	Config
 	// Rebalance is the period of the membership heartbeat and of lease
 	// acquisition and release, default 500ms.
 	Rebalance time.Duration
-	// Poll bounds how long an idle shard sleeps, default DefaultPoll. A
-	// shard with nothing due sleeps until its head is due, and a write that
-	// lands earlier wakes it at once (shard.Store.Wakes), so the bound
-	// only matters for a wake notice lost without the subscription
-	// breaking.
-	Poll time.Duration
-	// Batch is the claim limit, default 256.
-	Batch int
 	// Now is the clock, default time.Now.
 	Now func() time.Time
 	// Watermark is the store whose ingest watermark bounds claims, default

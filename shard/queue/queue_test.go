@@ -61,8 +61,8 @@ func (h *harness) score(id string) (int64, bool) {
 // of its goroutines is left.
 func (h *harness) runUntil(hd Handler, mod func(*Options), what string, cond func() bool) {
 	h.t.Helper()
-	opts := Options{Replica: "a", Family: shard.Deadlines, LeaseTTL: time.Second, Rebalance: 100 * time.Millisecond,
-		Poll: 10 * time.Millisecond}
+	opts := Options{Replica: "a", Family: shard.Deadlines, Rebalance: 100 * time.Millisecond,
+		Config: Config{LeaseTTL: time.Second, Poll: 10 * time.Millisecond}}
 	if mod != nil {
 		mod(&opts)
 	}
