@@ -108,7 +108,7 @@ type Alarms struct {
 	topo   *shard.Watcher // the deadlines' topology
 	timers *shard.Store   // the repeat timers' queue
 	rtopo  *shard.Watcher // its topology
-	pub    *dispatch.Publisher
+	pub    *dispatch.Bus
 	log    *slog.Logger
 	m      *metrics
 	engine *queue.Engine // the repeat timers' engine, nil without Options.Replica
@@ -121,7 +121,7 @@ type Alarms struct {
 // and timerTopo the repeat timers' queue (Store.Sub("alarm")). pub must
 // publish to JetStream. reg may be nil.
 func New(opts Options, store *shard.Store, topo *shard.Watcher, timers *shard.Store, timerTopo *shard.Watcher,
-	pub *dispatch.Publisher, reg prometheus.Registerer, log *slog.Logger) (*Alarms, error) {
+	pub *dispatch.Bus, reg prometheus.Registerer, log *slog.Logger) (*Alarms, error) {
 	opts.defaults()
 	switch {
 	case store == nil || topo == nil || timers == nil || timerTopo == nil:

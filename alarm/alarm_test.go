@@ -37,9 +37,9 @@ type harness struct {
 	topo   *shard.Watcher
 	timers *shard.Store
 	rtopo  *shard.Watcher
-	pub    *dispatch.Publisher
+	pub    *dispatch.Bus
 	// apub, when set, is the publisher alarm replicas get instead of pub.
-	apub *dispatch.Publisher
+	apub *dispatch.Bus
 	js   jetstream.JetStream
 	in   *ingest.Ingest
 	log  *slog.Logger

@@ -60,7 +60,7 @@ type Options struct {
 	MaxIDLen int
 	Store    *shard.Store
 	Devices  *shard.Devices
-	Pub      *dispatch.Publisher
+	Pub      *dispatch.Bus
 	Guard    *guard.Guard
 	Stats    *stats.Fleet
 	Registry *dispatch.Registry // nil in NATS core mode

@@ -175,7 +175,7 @@ func (r *runner) checkpoint(ctx context.Context) error {
 // own each time: the next checkpoint does not start before the caller has
 // new marks in place.
 func (r *runner) checkpointOnce(ctx context.Context, store *shard.Store, topo *shard.Watcher, reg *dispatch.Registry,
-	pub *dispatch.Publisher, meter *cpuMeter) (time.Duration, cpuShares, error) {
+	pub *dispatch.Bus, meter *cpuMeter) (time.Duration, cpuShares, error) {
 	const every = time.Second
 	pr := prometheus.NewRegistry()
 	g := guard.New(guard.Options{Store: store, Topo: topo, Registry: reg, Pub: pub,

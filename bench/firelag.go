@@ -178,7 +178,7 @@ func lagSpread(sw, base []lagResult, baseName string) string {
 // naivePoller is the naive design's expiry loop: every period it reads
 // everything due from the one ZSET, removes it and publishes a lost event
 // for each.
-func naivePoller(ctx context.Context, rc rueidis.Client, pub *dispatch.Publisher, key string, period time.Duration) {
+func naivePoller(ctx context.Context, rc rueidis.Client, pub *dispatch.Bus, key string, period time.Duration) {
 	periodic.Run(ctx, period, func(now time.Time) {
 		due, err := rc.Do(ctx, rc.B().Zrangebyscore().Key(key).Min("-inf").
 			Max(fmt.Sprint(now.UnixMilli())).Withscores().Build()).AsZScores()

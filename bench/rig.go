@@ -36,7 +36,7 @@ const threshold = 30 * time.Second
 // scenarios are written straight to Redis, not through a broker).
 type scanRig struct {
 	store *shard.Store
-	pub   *dispatch.Publisher
+	pub   *dispatch.Bus
 	reg   *dispatch.Registry
 	sc    *scanner.Scanner
 	rc    rueidis.Client // the scanner's own client

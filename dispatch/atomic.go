@@ -73,7 +73,7 @@ var errBatchRefused = errors.New("dispatch: atomic batch refused")
 // publishAtomic publishes msgs under fence f in atomic batches. A batch
 // the fence refuses fails with ErrFenced, as does everything after it; any
 // other failure of a batch sends its messages one by one.
-func (p *Publisher) publishAtomic(ctx context.Context, f Fence, msgs []Message) []error {
+func (p *Bus) publishAtomic(ctx context.Context, f Fence, msgs []Message) []error {
 	errs := make([]error, len(msgs))
 	for lo := 0; lo < len(msgs); lo += maxAtomicBatch {
 		hi := min(lo+maxAtomicBatch, len(msgs))
@@ -101,7 +101,7 @@ func (p *Publisher) publishAtomic(ctx context.Context, f Fence, msgs []Message) 
 
 // commitAtomic sends msgs as one atomic batch, the fence on its first
 // message, and waits for the commit's acknowledgement.
-func (p *Publisher) commitAtomic(ctx context.Context, f Fence, msgs []Message) error {
+func (p *Bus) commitAtomic(ctx context.Context, f Fence, msgs []Message) error {
 	select {
 	case p.atomicRoom <- struct{}{}:
 	case <-ctx.Done():

@@ -52,7 +52,7 @@ var errConsumerClosed = errors.New("dispatch: timer reset consumer closed")
 // acknowledged once handle returns nil, and handed out again after a second
 // otherwise. Should the consumer go away (its stream deleted, say), it is
 // made again.
-func (p *Publisher) ConsumeTimerResets(ctx context.Context, ackWait time.Duration, b Batching, handle func(context.Context, []TimerMsg) error) error {
+func (p *Bus) ConsumeTimerResets(ctx context.Context, ackWait time.Duration, b Batching, handle func(context.Context, []TimerMsg) error) error {
 	for {
 		err := p.consumeTimerResetsOnce(ctx, ackWait, b, handle)
 		if ctx.Err() != nil {
@@ -68,7 +68,7 @@ func (p *Publisher) ConsumeTimerResets(ctx context.Context, ackWait time.Duratio
 }
 
 // consumeTimerResetsOnce runs one consumer until it stops or ctx is done.
-func (p *Publisher) consumeTimerResetsOnce(ctx context.Context, ackWait time.Duration, b Batching, handle func(context.Context, []TimerMsg) error) error {
+func (p *Bus) consumeTimerResetsOnce(ctx context.Context, ackWait time.Duration, b Batching, handle func(context.Context, []TimerMsg) error) error {
 	cons, err := p.TimerResets(ctx, ackWait, 64*b.Size)
 	if err != nil {
 		return err

@@ -19,7 +19,7 @@ import (
 
 // dialCluster opens a publisher on the nodes of c at urls, with the stream at three replicas,
 // as sigwatch does.
-func dialCluster(t *testing.T, urls []string, ackWait time.Duration) *Publisher {
+func dialCluster(t *testing.T, urls []string, ackWait time.Duration) *Bus {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.URL, cfg.Replicas, cfg.AckWait = strings.Join(urls, ","), 3, ackWait
@@ -33,7 +33,7 @@ func dialCluster(t *testing.T, urls []string, ackWait time.Duration) *Publisher 
 	return p
 }
 
-func lostBatch(p *Publisher, from string, n int) []Message {
+func lostBatch(p *Bus, from string, n int) []Message {
 	msgs := make([]Message, n)
 	for j := range msgs {
 		msgs[j] = Message{Subject: p.Subjects().Lost("meter"), ID: fmt.Sprintf("%s-%04d@1", from, j), Body: []byte(`{}`)}

@@ -130,7 +130,7 @@ func (o *Options) defaults() {
 // Dial connects to the NATS of c and returns a publisher over the
 // connection, with the stream set up; Close closes it. It is the one way
 // sigwatch opens NATS.
-func Dial(ctx context.Context, c Config, log *slog.Logger) (*Publisher, error) {
+func Dial(ctx context.Context, c Config, log *slog.Logger) (*Bus, error) {
 	nc, err := connect(c, log)
 	if err != nil {
 		return nil, err

@@ -40,7 +40,7 @@ const shutdownGrace = 5 * time.Second
 
 // Consumer is a durable consumer of the stream's lost and recovered events.
 type Consumer struct {
-	p    *Publisher
+	p    *Bus
 	opts ConsumerOptions
 	log  *slog.Logger
 	cons jetstream.Consumer
@@ -48,7 +48,7 @@ type Consumer struct {
 
 // NewConsumer creates (or updates) the durable consumer of opts. A new
 // consumer starts with the events published from then on.
-func (p *Publisher) NewConsumer(ctx context.Context, opts ConsumerOptions, log *slog.Logger) (*Consumer, error) {
+func (p *Bus) NewConsumer(ctx context.Context, opts ConsumerOptions, log *slog.Logger) (*Consumer, error) {
 	if p.opts.Mode != JetStream {
 		return nil, errors.New("dispatch: consuming events needs nats.mode jetstream")
 	}

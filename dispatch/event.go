@@ -42,7 +42,7 @@ func SanitizeType(t string) string {
 }
 
 // Subjects builds subject names under a prefix. The Subjects of a
-// Publisher bound the device types that get a token of their own
+// Bus bound the device types that get a token of their own
 // (nats.max_types); a bare Subjects{} does not.
 type Subjects struct {
 	Prefix string
@@ -242,7 +242,7 @@ func (ev System) msgID() string    { return ev.ID }
 func (ev Invalid) msgID() string   { return ev.ID }
 func (ev Timer) msgID() string     { return ev.ID }
 
-// Encode builds the message of ev on the subjects s (a Publisher's
+// Encode builds the message of ev on the subjects s (a Bus's
 // Subjects): its subject, its id and its JSON body.
 func Encode(s Subjects, ev Event) (Message, error) {
 	b, err := json.Marshal(ev)

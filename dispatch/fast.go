@@ -114,7 +114,7 @@ func (in *fastInbox) forget(id string) {
 
 // publishFast publishes msgs under fence f as one fast batch; what the
 // stream did not confirm goes out message by message.
-func (p *Publisher) publishFast(ctx context.Context, f Fence, msgs []Message) []error {
+func (p *Bus) publishFast(ctx context.Context, f Fence, msgs []Message) []error {
 	stored, err := p.commitFast(ctx, f, msgs)
 	if stored == len(msgs) {
 		p.fastBatches.Inc()
@@ -143,7 +143,7 @@ func cmpErr(err, alt error) error {
 
 // commitFast sends msgs as one fast batch and returns how many of its
 // first messages the stream confirms stored (0 when it confirms nothing).
-func (p *Publisher) commitFast(ctx context.Context, f Fence, msgs []Message) (int, error) {
+func (p *Bus) commitFast(ctx context.Context, f Fence, msgs []Message) (int, error) {
 	id := p.batchIDs.next()
 	answer := p.fastIn.expect(id)
 	defer p.fastIn.forget(id)

@@ -15,7 +15,7 @@ import (
 )
 
 // fastBatch is a batch of n lost events of shard from.
-func fastBatch(p *Publisher, from string, lo, hi int) []Message {
+func fastBatch(p *Bus, from string, lo, hi int) []Message {
 	var msgs []Message
 	for j := lo; j < hi; j++ {
 		msgs = append(msgs, Message{Subject: p.Subjects().Lost("meter"), ID: fmt.Sprintf("%s-%04d@1", from, j), Body: []byte(`{}`)})
@@ -173,7 +173,7 @@ func TestFenceTakenOverMidBatch(t *testing.T) {
 	})
 }
 
-func fenceMidBatch(t *testing.T, p *Publisher, stored func() (map[string]int, error)) {
+func fenceMidBatch(t *testing.T, p *Bus, stored func() (map[string]int, error)) {
 	t.Helper()
 	ctx := context.Background()
 	a, err := p.Fence(ctx, "deadlines", 7, "a", 1)

@@ -51,7 +51,7 @@ type fenceBody struct {
 // the moment it returns, publishes fenced by any earlier Fence of the shard
 // are refused. In core mode it returns the zero Fence: core NATS cannot
 // fence.
-func (p *Publisher) Fence(ctx context.Context, scope string, i int, owner string, token int64) (Fence, error) {
+func (p *Bus) Fence(ctx context.Context, scope string, i int, owner string, token int64) (Fence, error) {
 	if p.opts.Mode != JetStream {
 		return Fence{}, nil
 	}
@@ -71,7 +71,7 @@ func (p *Publisher) Fence(ctx context.Context, scope string, i int, owner string
 
 // FenceOf is the fence of shard i of scope at sequence seq, as Fence
 // returned it; seq 0 (no fence taken, or core NATS) is the zero Fence.
-func (p *Publisher) FenceOf(scope string, i int, seq uint64) Fence {
+func (p *Bus) FenceOf(scope string, i int, seq uint64) Fence {
 	if seq == 0 || p.opts.Mode != JetStream {
 		return Fence{}
 	}
@@ -81,7 +81,7 @@ func (p *Publisher) FenceOf(scope string, i int, seq uint64) Fence {
 // PublishFenced is Publish with every message fenced by f: a message the
 // stream refuses because f is no longer the shard's last fence fails with
 // ErrFenced. With the zero Fence it is Publish.
-func (p *Publisher) PublishFenced(ctx context.Context, f Fence, msgs []Message) []error {
+func (p *Bus) PublishFenced(ctx context.Context, f Fence, msgs []Message) []error {
 	return p.publish(ctx, f, msgs)
 }
 
@@ -113,7 +113,7 @@ func isFenceBusy(err error) bool {
 }
 
 // Duplicates returns the stream's de-duplication window (nats.duplicates).
-func (p *Publisher) Duplicates() time.Duration { return p.opts.Duplicates }
+func (p *Bus) Duplicates() time.Duration { return p.opts.Duplicates }
 
 // storedBatch is how many message headers Stored reads per request.
 const storedBatch = 1000
@@ -125,7 +125,7 @@ const storedBatch = 1000
 // more than the de-duplication window ago: JetStream would no longer drop
 // their re-publish, so what was stored must not be published again. In
 // core mode nothing is stored and it returns nothing.
-func (p *Publisher) Stored(ctx context.Context, filter string, since time.Time, ids []string) (map[string]bool, error) {
+func (p *Bus) Stored(ctx context.Context, filter string, since time.Time, ids []string) (map[string]bool, error) {
 	found := map[string]bool{}
 	if p.opts.Mode != JetStream || len(ids) == 0 {
 		return found, nil

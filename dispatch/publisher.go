@@ -13,8 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Publisher publishes sigwatch's messages. It is safe for concurrent use.
-type Publisher struct {
+// Bus is sigwatch's door to NATS: it publishes events under fences,
+// runs the consumers, and opens the streams and the durable registry. It
+// is safe for concurrent use.
+type Bus struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	room     *inflight // bounds the asynchronous publishes of js
@@ -38,13 +40,13 @@ type Publisher struct {
 
 // New returns a publisher on nc. In JetStream mode it creates the stream if
 // it is absent and checks that an existing one covers the subjects.
-func New(ctx context.Context, nc *nats.Conn, opts Options) (*Publisher, error) {
+func New(ctx context.Context, nc *nats.Conn, opts Options) (*Bus, error) {
 	opts.defaults()
 	types, err := newTypeTokens(opts.Types, opts.MaxTypes, opts.Registerer, opts.Log)
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: metrics: %w", err)
 	}
-	p := &Publisher{nc: nc, opts: opts, subjects: Subjects{Prefix: opts.Prefix, types: types},
+	p := &Bus{nc: nc, opts: opts, subjects: Subjects{Prefix: opts.Prefix, types: types},
 		atomicBatches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sigwatch", Subsystem: "dispatch",
 			Name: "atomic_batches_total", Help: "Fenced batches of events the stream stored as one atomic batch."}),
 		atomicFallbacks: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sigwatch", Subsystem: "dispatch",
@@ -92,7 +94,7 @@ func New(ctx context.Context, nc *nats.Conn, opts Options) (*Publisher, error) {
 // ensureStream creates the stream if it is absent and otherwise makes it
 // follow the configuration: the limits and the de-duplication window are
 // updated in place; what a stream cannot change (its storage) is refused.
-func (p *Publisher) ensureStream(ctx context.Context) error {
+func (p *Bus) ensureStream(ctx context.Context) error {
 	storage := jetstream.FileStorage
 	switch p.opts.Storage {
 	case "file":
@@ -196,16 +198,16 @@ func takesFast(cfg jetstream.StreamConfig) bool {
 }
 
 // Mode returns the delivery mode.
-func (p *Publisher) Mode() Mode { return p.opts.Mode }
+func (p *Bus) Mode() Mode { return p.opts.Mode }
 
 // Subjects returns the subjects the publisher sends on.
-func (p *Publisher) Subjects() Subjects { return p.subjects }
+func (p *Bus) Subjects() Subjects { return p.subjects }
 
 // Close drains the connection of a publisher from Dial (publishes in flight
 // are flushed) and closes it, waiting up to a second. It leaves a
 // connection given to New open, with nothing of the publisher's
 // subscribed.
-func (p *Publisher) Close() {
+func (p *Bus) Close() {
 	if p.fastIn != nil {
 		_ = p.fastIn.sub.Unsubscribe()
 	}
@@ -220,17 +222,17 @@ func (p *Publisher) Close() {
 }
 
 // Connected reports whether the NATS connection is up.
-func (p *Publisher) Connected() bool { return p.nc.IsConnected() }
+func (p *Bus) Connected() bool { return p.nc.IsConnected() }
 
 // Publish sends msgs and waits until each is acknowledged (JetStream) or
 // flushed to the server (core). errs[i] is nil when msgs[i] is safely
 // stored; callers remove only what was published. A message JetStream
 // reports as a duplicate was stored before and counts as published.
-func (p *Publisher) Publish(ctx context.Context, msgs []Message) (errs []error) {
+func (p *Bus) Publish(ctx context.Context, msgs []Message) (errs []error) {
 	return p.publish(ctx, Fence{}, msgs)
 }
 
-func (p *Publisher) publish(ctx context.Context, fence Fence, msgs []Message) (errs []error) {
+func (p *Bus) publish(ctx context.Context, fence Fence, msgs []Message) (errs []error) {
 	errs = make([]error, len(msgs))
 	if len(msgs) == 0 {
 		return errs
@@ -269,7 +271,7 @@ func (p *Publisher) publish(ctx context.Context, fence Fence, msgs []Message) (e
 
 // publishEach publishes msgs one message each, asynchronously, under fence
 // (if any), and waits for their acknowledgements.
-func (p *Publisher) publishEach(ctx context.Context, fence Fence, msgs []Message) (errs []error) {
+func (p *Bus) publishEach(ctx context.Context, fence Fence, msgs []Message) (errs []error) {
 	errs = make([]error, len(msgs))
 	ctx, cancel := context.WithTimeout(ctx, p.opts.AckWait)
 	defer cancel()
@@ -315,7 +317,7 @@ func sleep(ctx context.Context, d time.Duration) {
 // in flight, while ctx allows another try. It waits for room among the
 // publishes in flight (Options.MaxPending) first, a part of todo at a time
 // if todo is larger.
-func (p *Publisher) publishAsync(ctx context.Context, fence Fence, msgs []Message, todo []int, errs []error) (again []int) {
+func (p *Bus) publishAsync(ctx context.Context, fence Fence, msgs []Message, todo []int, errs []error) (again []int) {
 	for len(todo) > 0 {
 		part := todo[:min(len(todo), p.room.max)]
 		if err := p.room.acquire(ctx, len(part)); err != nil {
@@ -331,7 +333,7 @@ func (p *Publisher) publishAsync(ctx context.Context, fence Fence, msgs []Messag
 }
 
 // publishPart is publishAsync for a part that has its room.
-func (p *Publisher) publishPart(ctx context.Context, fence Fence, msgs []Message, todo []int, errs []error) (again []int) {
+func (p *Bus) publishPart(ctx context.Context, fence Fence, msgs []Message, todo []int, errs []error) (again []int) {
 	settled, pending := 0, []jetstream.PubAckFuture(nil)
 	defer func() { p.room.release(settled, pending) }()
 	futures := make([]jetstream.PubAckFuture, len(todo))

@@ -90,7 +90,7 @@ func registryKey(id string) string {
 // p.opts.Stream + "_DEVICES" (e.g. SIGWATCH_DEVICES); storage and replicas follow nats.storage and
 // nats.replicas (replicas are reconciled on an existing bucket like the stream is); history 1.
 // Fails in core mode.
-func (p *Publisher) OpenRegistry(ctx context.Context) (*Registry, error) {
+func (p *Bus) OpenRegistry(ctx context.Context) (*Registry, error) {
 	if p.js == nil {
 		return nil, fmt.Errorf("dispatch: the device registry needs JetStream, but nats.mode is %s: set nats.mode to jetstream", p.opts.Mode)
 	}

@@ -14,7 +14,7 @@ import (
 )
 
 // openRegistry returns a publisher on env's NATS with opts and its registry.
-func openRegistry(t testing.TB, env *testenv.Env, opts Options) (*Publisher, *Registry) {
+func openRegistry(t testing.TB, env *testenv.Env, opts Options) (*Bus, *Registry) {
 	t.Helper()
 	ctx := context.Background()
 	p, err := New(ctx, env.Conn(t), opts)

@@ -109,7 +109,7 @@ type later struct {
 // Later queues fn for id's record, to be written in the background by Run
 // in batches, in the order queued. The writers of losses, recoveries and
 // alarm states use it: their events are in the event stream already, so a
-// restore reads the recent ones from there (Publisher.Losses), and the
+// restore reads the recent ones from there (Bus.Losses), and the
 // registry need only catch up. It waits while the queue is full.
 func (r *Registry) Later(ctx context.Context, id string, fn UpdateFunc) {
 	select {
@@ -182,7 +182,7 @@ func (r *Registry) Run(ctx context.Context) error {
 // the event stream still holds (exactly one of lost and rec is set): the
 // recent history of losses, which a restore lays over the registry's
 // records.
-func (p *Publisher) Losses(ctx context.Context, fn func(lost *Lost, rec *Recovered) error) error {
+func (p *Bus) Losses(ctx context.Context, fn func(lost *Lost, rec *Recovered) error) error {
 	if p.js == nil {
 		return errors.New("dispatch: no event stream in core mode")
 	}

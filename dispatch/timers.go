@@ -61,7 +61,7 @@ func (s Subjects) TimerSet(queue string) string { return s.prefix() + ".timers.s
 func (s Subjects) AllTimerSet() string { return s.prefix() + ".timers.set.>" }
 
 // TimerStream is the name of the work-queue stream of timer resets.
-func (p *Publisher) TimerStream() string { return p.opts.Stream + "_TIMERS" }
+func (p *Bus) TimerStream() string { return p.opts.Stream + "_TIMERS" }
 
 // timerConsumer is the durable consumer every sigwatch process pulls the
 // timer resets from.
@@ -80,7 +80,7 @@ var ErrNoJetStream = errors.New("dispatch: needs JetStream (nats.mode: jetstream
 // does once the reset is stored in Redis; so the stream holds exactly the
 // resets not yet stored, and its oldest one bounds how far timers may fire
 // (TimerBacklog).
-func (p *Publisher) TimerResets(ctx context.Context, ackWait time.Duration, maxAckPending int) (jetstream.Consumer, error) {
+func (p *Bus) TimerResets(ctx context.Context, ackWait time.Duration, maxAckPending int) (jetstream.Consumer, error) {
 	if p.js == nil {
 		return nil, ErrNoJetStream
 	}
@@ -133,7 +133,7 @@ func (p *Publisher) TimerResets(ctx context.Context, ackWait time.Duration, maxA
 
 // TimerBacklog reports how many timer resets wait in the stream, not yet
 // stored, and when the oldest of them was published (server time).
-func (p *Publisher) TimerBacklog(ctx context.Context) (n uint64, oldest time.Time, err error) {
+func (p *Bus) TimerBacklog(ctx context.Context) (n uint64, oldest time.Time, err error) {
 	if p.js == nil {
 		return 0, time.Time{}, ErrNoJetStream
 	}
@@ -181,7 +181,7 @@ const timerRequestGroup = "sigwatch-timers"
 // batches (b), each request to one process of those serving, until ctx is
 // done. A request waits while the workers are busy; the requester's
 // timeout bounds that.
-func (p *Publisher) ServeTimerResets(ctx context.Context, b Batching, handle func(context.Context, []Request)) error {
+func (p *Bus) ServeTimerResets(ctx context.Context, b Batching, handle func(context.Context, []Request)) error {
 	in := make(chan Request, 4*b.Size)
 	var wg sync.WaitGroup
 	defer wg.Wait()

@@ -28,7 +28,7 @@ type Options struct {
 	// loss is then detected and reported, but devices only Redis knew of
 	// are not watched again).
 	Registry   *dispatch.Registry
-	Pub        *dispatch.Publisher
+	Pub        *dispatch.Bus
 	Thresholds *shard.Thresholds
 	// RestoreAlarm puts back an alarm state the registry kept (nil: none).
 	RestoreAlarm func(ctx context.Context, id, raw string) error

@@ -24,7 +24,7 @@ func keep(*dispatch.DeviceRecord, bool) (bool, bool) { return false, false }
 type rig struct {
 	env   *testenv.Env
 	store *shard.Store
-	pub   *dispatch.Publisher
+	pub   *dispatch.Bus
 	reg   *dispatch.Registry
 	thr   *shard.Thresholds
 	g     *guard.Guard

@@ -314,7 +314,7 @@ type losses map[string]*loss
 
 // history reads every lost and recovered event the stream holds, calling
 // keep every 10,000 events.
-func history(ctx context.Context, pub *dispatch.Publisher, keep func() error) (losses, error) {
+func history(ctx context.Context, pub *dispatch.Bus, keep func() error) (losses, error) {
 	h := losses{}
 	n := 0
 	err := pub.Losses(ctx, func(l *dispatch.Lost, r *dispatch.Recovered) error {

@@ -22,7 +22,7 @@ import (
 // invalid_unforwarded_total, logged at a limited rate). The source is its
 // only sender and ends the input with close.
 type deadLetters struct {
-	pub    *dispatch.Publisher // nil: refusals are counted and logged only
+	pub    *dispatch.Bus // nil: refusals are counted and logged only
 	log    *slog.Logger
 	m      *metrics
 	logLim *ratelog.Limiter
@@ -46,7 +46,7 @@ type refusal struct {
 // invalidBatch bounds refusals published together.
 const invalidBatch = 64
 
-func newDeadLetters(pub *dispatch.Publisher, m *metrics, log *slog.Logger) *deadLetters {
+func newDeadLetters(pub *dispatch.Bus, m *metrics, log *slog.Logger) *deadLetters {
 	return &deadLetters{
 		pub:    pub,
 		log:    log,

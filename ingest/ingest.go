@@ -42,7 +42,7 @@ type Ingest struct {
 // New checks opts and builds ingest, registering its metrics on reg (which
 // may be nil). pub may be nil: recovered and invalid events are then counted
 // and logged but not published.
-func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Publisher, reg prometheus.Registerer, log *slog.Logger) (*Ingest, error) {
+func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Bus, reg prometheus.Registerer, log *slog.Logger) (*Ingest, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}

@@ -31,7 +31,7 @@ type rig struct {
 	topo  *shard.Watcher
 	thr   *shard.Thresholds
 	nc    *nats.Conn
-	pub   *dispatch.Publisher
+	pub   *dispatch.Bus
 	log   *slog.Logger // for start; nil: testLog(t)
 	// drain is how long a stopping Run waits for work in flight; zero:
 	// 500ms.

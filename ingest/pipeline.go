@@ -29,7 +29,7 @@ type pipeline struct {
 	topo   *shard.Watcher
 	store  *shard.Store
 	writer *shard.Writer
-	pub    *dispatch.Publisher // nil: recoveries are counted and logged only
+	pub    *dispatch.Bus // nil: recoveries are counted and logged only
 	wm     *watermark
 	log    *slog.Logger
 	m      *metrics

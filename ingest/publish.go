@@ -21,7 +21,7 @@ var publishBackoff = backoff.Policy{Base: 160 * time.Millisecond, Max: time.Seco
 
 // publishEvents publishes msgs, retrying the failed ones, and returns the errors
 // of the last attempt.
-func publishEvents(ctx context.Context, pub *dispatch.Publisher, msgs []dispatch.Message) []error {
+func publishEvents(ctx context.Context, pub *dispatch.Bus, msgs []dispatch.Message) []error {
 	errs := make([]error, len(msgs))
 	todo := make([]int, len(msgs))
 	for j := range todo {

@@ -21,7 +21,7 @@ const family = "deadlines"
 // device.
 type lost struct {
 	store   *shard.Store
-	pub     *dispatch.Publisher
+	pub     *dispatch.Bus
 	thr     *shard.Thresholds
 	m       *metrics
 	log     *slog.Logger

@@ -56,7 +56,7 @@ type Scanner struct {
 // New returns a scanner of the deadlines of store, whose topology topo
 // watches, publishing through pub. reg may be nil (metrics are then not
 // exported).
-func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Publisher, reg prometheus.Registerer, log *slog.Logger) (*Scanner, error) {
+func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Bus, reg prometheus.Registerer, log *slog.Logger) (*Scanner, error) {
 	switch {
 	case pub == nil:
 		return nil, errors.New("scanner: a publisher is required")

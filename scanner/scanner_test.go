@@ -30,7 +30,7 @@ type harness struct {
 	store     *shard.Store
 	topo      *shard.Watcher
 	thr       *shard.Thresholds
-	pub       *dispatch.Publisher
+	pub       *dispatch.Bus
 	shards    int
 	lost      *testenv.Recorder[dispatch.Lost]      // sigwatch.lost.> on core NATS
 	recovered *testenv.Recorder[dispatch.Recovered] // sigwatch.recovered.> on core NATS

@@ -56,7 +56,7 @@ type Service struct {
 	store  *shard.Store
 	fires  *shard.Store // the engine's connection (Options.FireStore or store)
 	topo   *shard.Watcher
-	pub    *dispatch.Publisher
+	pub    *dispatch.Bus
 	writer *shard.Writer
 	eng    *queue.Engine
 	// wm is the store of the timers' watermark, apart from the devices'
@@ -69,7 +69,7 @@ type Service struct {
 
 // New returns the timer service of a process. store is the deadlines'
 // store (the timers share its shards), topo its topology watcher.
-func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Publisher, reg prometheus.Registerer, log *slog.Logger) (*Service, error) {
+func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Bus, reg prometheus.Registerer, log *slog.Logger) (*Service, error) {
 	if store == nil || topo == nil || pub == nil {
 		return nil, errors.New("timer: a store, a topology watcher and a publisher are required")
 	}

@@ -24,7 +24,7 @@ type harness struct {
 	nc    *nats.Conn
 	store *shard.Store
 	topo  *shard.Watcher
-	pub   *dispatch.Publisher
+	pub   *dispatch.Bus
 	fired *testenv.Recorder[dispatch.Timer]
 }
 

@@ -48,7 +48,7 @@ type App struct {
 	guard    *guard.Guard
 	registry *dispatch.Registry
 	devices  *shard.Devices // the API's per-device operations
-	pub      *dispatch.Publisher
+	pub      *dispatch.Bus
 	in       *ingest.Ingest
 	sc       *scanner.Scanner
 
