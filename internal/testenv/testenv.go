@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"crypto/tls"
-	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -115,12 +114,7 @@ func RedisCluster(t testing.TB, masters int) *servers.RedisCluster {
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	t.Cleanup(func() {
-		for i, n := range c.Nodes {
-			logOnFailure(t, fmt.Sprintf("redis cluster node %d", i), n.LogPath())
-		}
-		c.Stop()
-	})
+	stopClusterWhenDone(t, c)
 	return c
 }
 
