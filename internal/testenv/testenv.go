@@ -151,6 +151,18 @@ func StoreOn(t testing.TB, addrs []string, prefix string) *shard.Store {
 	return storeOn(t, addrs, "", prefix)
 }
 
+// SingleAndCluster returns, under the names "single" and "cluster", a store on a fresh Redis and
+// one on a fresh three-master Redis Cluster, for a test that must hold on both.
+func SingleAndCluster(t testing.TB, prefix string) map[string]*shard.Store {
+	t.Helper()
+	env := New(t, Options{})
+	cluster := RedisCluster(t, 3)
+	return map[string]*shard.Store{
+		"single":  env.Store(t, prefix),
+		"cluster": StoreOn(t, cluster.Addrs, prefix),
+	}
+}
+
 func storeOn(t testing.TB, addrs []string, password, prefix string) *shard.Store {
 	t.Helper()
 	s, err := shard.Dial(shard.RedisConfig{Addrs: addrs, Password: password, Prefix: prefix})
