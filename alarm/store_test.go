@@ -138,12 +138,7 @@ func TestRateKeys(t *testing.T) {
 // never gets a slot before now, and a type idle for long starts again at
 // now.
 func TestReserveSlots(t *testing.T) {
-	env := testenv.New(t, testenv.Options{})
-	cluster := testenv.RedisCluster(t, 3)
-	for name, s := range map[string]*shard.Store{
-		"single":  env.Store(t, "sw"),
-		"cluster": testenv.StoreOn(t, cluster.Addrs, "sw"),
-	} {
+	for name, s := range testenv.SingleAndCluster(t, "sw") {
 		t.Run(name, func(t *testing.T) { checkReserveSlots(t, s) })
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sigwatch/sigwatch/internal/periodic"
 	"github.com/sigwatch/sigwatch/internal/servers"
 )
 
@@ -259,17 +260,10 @@ func pollerChild() error {
 		for i := range cfg.Shards {
 			key := fmt.Sprintf("naive:{%d}:f%d", i, f)
 			wg.Go(func() {
-				t := time.NewTicker(cfg.Every)
-				defer t.Stop()
-				for {
-					select {
-					case <-ctx.Done():
-						return
-					case <-t.C:
-					}
+				periodic.Run(ctx, cfg.Every, func(time.Time) {
 					now := strconv.FormatInt(time.Now().UnixMilli(), 10)
 					_ = rc.Do(ctx, rc.B().Zrange().Key(key).Min("-inf").Max(now).Byscore().Limit(0, 256).Withscores().Build()).Error()
-				}
+				})
 			})
 		}
 	}

@@ -54,23 +54,21 @@ func (r *runner) writePath(ctx context.Context) error {
 	rawWrite := rawZaddWriter(r.e.rc, func(i int) string { return keys.Timers(shard.Deadlines, i) })
 	var raw, sw measured
 	var rawRuns, swRuns []float64
-	err = alternate(rounds, func(int) error {
-		m := r.measureWrites(ctx, load(rawWrite), r.prof.WriteFor)
-		r.p.Printf("write", "raw ZADD GT: %.0f members/s (client %.2f µs, redis %.2f µs per member)", m.Rate, m.ClientCPUus, m.RedisCPUus)
-		rawRuns = append(rawRuns, m.Rate)
-		if m.Rate > raw.Rate {
-			raw = m
+	// side runs a round of one side, keeping its best run in best and every
+	// run's rate in rates; name and unit are for the progress line.
+	side := func(write writeFunc, name, unit string, best *measured, rates *[]float64) func(int) error {
+		return func(int) error {
+			m := r.measureWrites(ctx, load(write), r.prof.WriteFor)
+			r.p.Printf("write", "%s: %.0f %ss/s (client %.2f µs, redis %.2f µs per %s)", name, m.Rate, unit, m.ClientCPUus, m.RedisCPUus, unit)
+			*rates = append(*rates, m.Rate)
+			if m.Rate > best.Rate {
+				*best = m
+			}
+			return ctx.Err()
 		}
-		return ctx.Err()
-	}, func(int) error {
-		m := r.measureWrites(ctx, load(swWrite), r.prof.WriteFor)
-		r.p.Printf("write", "sigwatch Upsert: %.0f signals/s (client %.2f µs, redis %.2f µs per signal)", m.Rate, m.ClientCPUus, m.RedisCPUus)
-		swRuns = append(swRuns, m.Rate)
-		if m.Rate > sw.Rate {
-			sw = m
-		}
-		return ctx.Err()
-	})
+	}
+	err = alternate(rounds, side(rawWrite, "raw ZADD GT", "member", &raw, &rawRuns),
+		side(swWrite, "sigwatch Upsert", "signal", &sw, &swRuns))
 	if err != nil {
 		return err
 	}

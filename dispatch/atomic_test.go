@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/sigwatch/sigwatch/internal/testenv"
 )
 
 // TestFencedEventsGoOutInAtomicBatches proves the atomic batch path
@@ -20,23 +17,15 @@ import (
 // once and none is reported failed; and after another owner's fence the
 // earlier owner's batch is refused whole, nothing of it stored.
 func TestFencedEventsGoOutInAtomicBatches(t *testing.T) {
-	env := testenv.New(t, testenv.Options{NATS: true})
 	ctx := context.Background()
-	nc := env.Conn(t)
-	p, err := New(ctx, nc, Options{AckWait: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natsConn(t)
+	p := newPublisher(t, nc, Options{AckWait: 2 * time.Second})
 	if p.atomic {
 		t.Fatal("a single-server stream takes atomic batches: want them on replicated streams only")
 	}
 	// The mechanism is the same on one server; the replicated case is
 	// TestFencedBatchOnReplicatedStream.
 	p.atomic = true
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	publish := func(f Fence, msgs []Message) (failed int, fenced int) {
 		for _, err := range p.PublishFenced(ctx, f, msgs) {
 			switch {

@@ -45,20 +45,12 @@ func tally(t *testing.T, errs []error) (failed, fenced int) {
 // stops at its first message, and the rest, sent message by message, is
 // refused by the fence), nothing of it stored.
 func TestFencedEventsGoOutInFastBatches(t *testing.T) {
-	env := testenv.New(t, testenv.Options{NATS: true})
 	ctx := context.Background()
-	nc := env.Conn(t)
-	p, err := New(ctx, nc, Options{AckWait: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natsConn(t)
+	p := newPublisher(t, nc, Options{AckWait: 2 * time.Second})
 	defer p.Close()
 	if !p.fast || p.atomic {
 		t.Fatalf("single-server stream: fast %v, atomic %v; want fast batches only", p.fast, p.atomic)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
 	}
 	a, err := p.Fence(ctx, "deadlines", 5, "a", 1)
 	if err != nil {
@@ -99,23 +91,15 @@ func TestFencedEventsGoOutInFastBatches(t *testing.T) {
 // the stored ones published and sends the rest message by message, which
 // reports each refusal: nothing is reported published that is not stored.
 func TestFastBatchStoredInPart(t *testing.T) {
-	env := testenv.New(t, testenv.Options{NATS: true})
 	ctx := context.Background()
-	nc := env.Conn(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natsConn(t)
 	const room = 120 // messages the stream takes: the fence and 119 events
 	subjects := Subjects{Prefix: "sigwatch"}.Stream()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SIGWATCH", Subjects: subjects,
 		Storage: jetstream.FileStorage, Discard: jetstream.DiscardNew, MaxMsgs: room}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(ctx, nc, Options{AckWait: 2 * time.Second, MaxMsgs: room})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newPublisher(t, nc, Options{AckWait: 2 * time.Second, MaxMsgs: room})
 	defer p.Close()
 	if !p.fast {
 		t.Fatal("single-server stream takes no fast batches")
@@ -153,17 +137,9 @@ func TestFastBatchStoredInPart(t *testing.T) {
 // the new fence.
 func TestFenceTakenOverMidBatch(t *testing.T) {
 	t.Run("single", func(t *testing.T) {
-		env := testenv.New(t, testenv.Options{NATS: true})
-		nc := env.Conn(t)
-		p, err := New(context.Background(), nc, Options{AckWait: 20 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
+		nc, js := natsConn(t)
+		p := newPublisher(t, nc, Options{AckWait: 20 * time.Second})
 		defer p.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
 		fenceMidBatch(t, p, func() (map[string]int, error) { return readIDs(js, p.Subjects().AllLost()) })
 	})
 	t.Run("replicated", func(t *testing.T) {

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/sigwatch/sigwatch/internal/testenv"
 )
 
@@ -18,13 +16,9 @@ import (
 // while the second owner's are stored and events of other shards are not
 // disturbed.
 func TestFenceRefusesEarlierOwner(t *testing.T) {
-	env := testenv.New(t, testenv.Options{NATS: true})
 	ctx := context.Background()
-	nc := env.Conn(t)
-	p, err := New(ctx, nc, Options{AckWait: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natsConn(t)
+	p := newPublisher(t, nc, Options{AckWait: 2 * time.Second})
 	batch := func(from string, n int) []Message {
 		msgs := make([]Message, n)
 		for j := range msgs {
@@ -84,7 +78,6 @@ func TestFenceRefusesEarlierOwner(t *testing.T) {
 	}
 
 	// The fence messages are in the stream, on their own subjects.
-	js, _ := jetstream.New(nc)
 	s, err := js.Stream(ctx, "SIGWATCH")
 	if err != nil {
 		t.Fatal(err)
@@ -100,12 +93,9 @@ func TestFenceRefusesEarlierOwner(t *testing.T) {
 
 // TestCoreModeCannotFence shows that core NATS publishes unfenced.
 func TestCoreModeCannotFence(t *testing.T) {
-	env := testenv.New(t, testenv.Options{NATS: true})
 	ctx := context.Background()
-	p, err := New(ctx, env.Conn(t), Options{Mode: Core})
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, _ := natsConn(t)
+	p := newPublisher(t, nc, Options{Mode: Core})
 	f, err := p.Fence(ctx, "deadlines", 0, "a", 1)
 	if err != nil || f != (Fence{}) {
 		t.Fatalf("core Fence = %+v, %v; want the zero Fence", f, err)

@@ -91,17 +91,25 @@ func New(ctx context.Context, nc *nats.Conn, opts Options) (*Bus, error) {
 	return p, nil
 }
 
+// storage is the JetStream storage nats.storage names, for the stream and
+// the registry's bucket alike; of names which one a refusal is about.
+func (p *Bus) storage(of string) (jetstream.StorageType, error) {
+	switch p.opts.Storage {
+	case "file":
+		return jetstream.FileStorage, nil
+	case "memory":
+		return jetstream.MemoryStorage, nil
+	}
+	return jetstream.FileStorage, fmt.Errorf("dispatch: %s storage %q: use file or memory", of, p.opts.Storage)
+}
+
 // ensureStream creates the stream if it is absent and otherwise makes it
 // follow the configuration: the limits and the de-duplication window are
 // updated in place; what a stream cannot change (its storage) is refused.
 func (p *Bus) ensureStream(ctx context.Context) error {
-	storage := jetstream.FileStorage
-	switch p.opts.Storage {
-	case "file":
-	case "memory":
-		storage = jetstream.MemoryStorage
-	default:
-		return fmt.Errorf("dispatch: stream storage %q: use file or memory", p.opts.Storage)
+	storage, err := p.storage("stream")
+	if err != nil {
+		return err
 	}
 	limit := func(v int64) int64 { return cmp.Or(max(v, 0), -1) }
 	want := jetstream.StreamConfig{

@@ -95,13 +95,9 @@ func (p *Bus) OpenRegistry(ctx context.Context) (*Registry, error) {
 		return nil, fmt.Errorf("dispatch: the device registry needs JetStream, but nats.mode is %s: set nats.mode to jetstream", p.opts.Mode)
 	}
 	bucket := p.opts.Stream + "_DEVICES"
-	storage := jetstream.FileStorage
-	switch p.opts.Storage {
-	case "file":
-	case "memory":
-		storage = jetstream.MemoryStorage
-	default:
-		return nil, fmt.Errorf("dispatch: registry storage %q: use file or memory", p.opts.Storage)
+	storage, err := p.storage("registry")
+	if err != nil {
+		return nil, err
 	}
 	kv, err := p.js.KeyValue(ctx, bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {

@@ -16,12 +16,8 @@ import (
 // openRegistry returns a publisher on env's NATS with opts and its registry.
 func openRegistry(t testing.TB, env *testenv.Env, opts Options) (*Bus, *Registry) {
 	t.Helper()
-	ctx := context.Background()
-	p, err := New(ctx, env.Conn(t), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := p.OpenRegistry(ctx)
+	p := newPublisher(t, env.Conn(t), opts)
+	r, err := p.OpenRegistry(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,11 +369,8 @@ func TestRegistryMetaCAS(t *testing.T) {
 // TestRegistryRefusedInCoreMode proves core NATS, which has no storage, gets
 // a refusal that says what to change.
 func TestRegistryRefusedInCoreMode(t *testing.T) {
-	env := testenv.New(t, testenv.Options{NATS: true})
-	p, err := New(context.Background(), env.Conn(t), Options{Mode: Core})
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, _ := natsConn(t)
+	p := newPublisher(t, nc, Options{Mode: Core})
 	r, err := p.OpenRegistry(context.Background())
 	if r != nil || err == nil || !strings.Contains(err.Error(), "jetstream") {
 		t.Errorf("got %v, %v; want a refusal that names jetstream", r, err)

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/sigwatch/sigwatch/internal/testenv"
 )
 
 func streamConfig(t *testing.T, js jetstream.JetStream) jetstream.StreamConfig {
@@ -26,22 +24,16 @@ func streamConfig(t *testing.T, js jetstream.JetStream) jetstream.StreamConfig {
 // stream, and a change the stream cannot take (its storage) is refused
 // with what to do.
 func TestStreamFollowsConfiguration(t *testing.T) {
-	env := testenv.New(t, testenv.Options{NATS: true})
 	ctx := context.Background()
-	nc := env.Conn(t)
-	js, _ := jetstream.New(nc)
+	nc, js := natsConn(t)
 
-	if _, err := New(ctx, nc, Options{MaxAge: time.Hour, Duplicates: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
+	newPublisher(t, nc, Options{MaxAge: time.Hour, Duplicates: time.Minute})
 	if got := streamConfig(t, js); got.MaxAge != time.Hour || got.Duplicates != time.Minute {
 		t.Fatalf("created with max_age %v, duplicates %v; want 1h, 1m", got.MaxAge, got.Duplicates)
 	}
 
 	want := Options{MaxAge: 48 * time.Hour, Duplicates: 5 * time.Second, MaxBytes: 1 << 30, MaxMsgs: 1_000_000}
-	if _, err := New(ctx, nc, want); err != nil {
-		t.Fatal(err)
-	}
+	newPublisher(t, nc, want)
 	got := streamConfig(t, js)
 	t.Logf("after a restart with new settings: max_age %v, duplicates %v, max_bytes %d, max_msgs %d",
 		got.MaxAge, got.Duplicates, got.MaxBytes, got.MaxMsgs)
@@ -59,12 +51,8 @@ func TestStreamFollowsConfiguration(t *testing.T) {
 // TestDefaultConfigLimitsTheStream shows that the stream sigwatch creates
 // from its default configuration does not grow for ever.
 func TestDefaultConfigLimitsTheStream(t *testing.T) {
-	env := testenv.New(t, testenv.Options{NATS: true})
-	nc := env.Conn(t)
-	if _, err := New(context.Background(), nc, DefaultConfig().Options); err != nil {
-		t.Fatal(err)
-	}
-	js, _ := jetstream.New(nc)
+	nc, js := natsConn(t)
+	newPublisher(t, nc, DefaultConfig().Options)
 	if got := streamConfig(t, js); got.MaxAge <= 0 || got.MaxAge > 30*24*time.Hour {
 		t.Errorf("default stream max_age %v, want a limit of at most 30 days", got.MaxAge)
 	}

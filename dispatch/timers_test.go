@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/sigwatch/sigwatch/internal/testenv"
 )
 
 // TestEventStreamLeavesTimerResetsToTheirOwn shows that an event stream
@@ -17,13 +15,8 @@ import (
 // its events, so the work-queue stream of resets can be created beside it
 // and a reset is never stored among the events.
 func TestEventStreamLeavesTimerResetsToTheirOwn(t *testing.T) {
-	env := testenv.New(t, testenv.Options{NATS: true})
 	ctx := context.Background()
-	nc := env.Conn(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natsConn(t)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SIGWATCH", Subjects: []string{"sigwatch.>"},
 		Duplicates: 2 * time.Minute, MaxAge: DefaultMaxAge}); err != nil {
 		t.Fatal(err)
@@ -31,10 +24,7 @@ func TestEventStreamLeavesTimerResetsToTheirOwn(t *testing.T) {
 	if _, err := js.Publish(ctx, "sigwatch.lost.meter", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(ctx, nc, Options{AckWait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newPublisher(t, nc, Options{AckWait: time.Second})
 	s, err := js.Stream(ctx, "SIGWATCH")
 	if err != nil {
 		t.Fatal(err)

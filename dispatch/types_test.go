@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -16,12 +15,9 @@ import (
 // configured types and the first nats.max_types others get a token each,
 // every further type goes out under "other" and is counted.
 func TestTypesCannotCreateUnboundedSubjects(t *testing.T) {
-	env := testenv.New(t, testenv.Options{NATS: true})
+	nc, _ := natsConn(t)
 	reg := prometheus.NewRegistry()
-	p, err := New(context.Background(), env.Conn(t), Options{Types: []string{"meter"}, MaxTypes: 3, Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newPublisher(t, nc, Options{Types: []string{"meter"}, MaxTypes: 3, Registerer: reg})
 	s := p.Subjects()
 	subjects := map[string]bool{}
 	for k := range 1000 {

@@ -18,11 +18,7 @@ func TestRestorePutsGroupsBack(t *testing.T) {
 	g := r.guard(t)
 	recs := []dispatch.DeviceRecord{{ID: "a", Group: "gw-1"}, {ID: "b", Type: "meter", Group: "gw-1"},
 		{ID: "c", Group: "gw-1", LostDeadline: 1000, LostAt: 1001}, {ID: "d", Group: "gw-2"}, {ID: "e"}}
-	for _, err := range r.reg.Add(ctx, recs, keep) {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	r.add(t, recs)
 	for _, rec := range recs {
 		if _, err := r.store.SetGroup(ctx, rec.ID, rec.Group); err != nil {
 			t.Fatal(err)

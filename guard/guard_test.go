@@ -71,6 +71,17 @@ func (r *rig) run(t *testing.T, g *guard.Guard) (stop func()) {
 	return func() { cancel(); <-done }
 }
 
+// add puts recs in the durable registry, leaving any record already
+// there as it is.
+func (r *rig) add(t *testing.T, recs []dispatch.DeviceRecord) {
+	t.Helper()
+	for _, err := range r.reg.Add(t.Context(), recs, keep) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // empty kills Redis and starts it again without its data.
 func (r *rig) empty(t *testing.T) {
 	if err := r.env.Redis.Kill(); err != nil {
@@ -101,12 +112,8 @@ func TestRestoreFromRegistryAndStream(t *testing.T) {
 	if _, err := r.store.Double(ctx, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	for _, err := range r.reg.Add(ctx, []dispatch.DeviceRecord{{ID: "live"}, {ID: "typed", Type: "meter"},
-		{ID: "lost-in-registry", LostDeadline: 1000, LostAt: 1001}, {ID: "lost-in-stream"}, {ID: "came-back"}}, keep) {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	r.add(t, []dispatch.DeviceRecord{{ID: "live"}, {ID: "typed", Type: "meter"},
+		{ID: "lost-in-registry", LostDeadline: 1000, LostAt: 1001}, {ID: "lost-in-stream"}, {ID: "came-back"}})
 	// Redis holds the mark the registry has (a checkpoint copies it).
 	if err := r.store.MarkLost(ctx, "lost-in-registry", 1000, 1001); err != nil {
 		t.Fatal(err)
@@ -240,11 +247,7 @@ func TestCheckpointCopiesLostMarks(t *testing.T) {
 	r := newRig(t)
 	ctx := t.Context()
 	g := r.guard(t)
-	for _, err := range r.reg.Add(ctx, []dispatch.DeviceRecord{{ID: "a"}, {ID: "b", LostDeadline: 7, LostAt: 8}}, keep) {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	r.add(t, []dispatch.DeviceRecord{{ID: "a"}, {ID: "b", LostDeadline: 7, LostAt: 8}})
 	if err := r.store.MarkLost(ctx, "a", 1000, 1001); err != nil {
 		t.Fatal(err)
 	}

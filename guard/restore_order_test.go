@@ -27,11 +27,7 @@ func TestRestoreStopsWholeShardsFirst(t *testing.T) {
 	for j := range recs {
 		recs[j] = dispatch.DeviceRecord{ID: fmt.Sprintf("dev-%05d", j)}
 	}
-	for _, err := range r.reg.Add(ctx, recs, keep) {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	r.add(t, recs)
 	lease, ok, err := r.store.Acquire(ctx, 0, "test", time.Minute)
 	if err != nil || !ok {
 		t.Fatalf("acquire shard 0: %v %v", ok, err)

@@ -122,35 +122,17 @@ func outOfOrderProbes(t *testing.T, url string, inband, enough bool) int {
 	// was received at least 300 ms before.
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(300 * time.Millisecond)
-		defer tick.Stop()
-		var prev []mqtt.Message
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			for _, m := range prev {
-				m.Ack()
-			}
-			mu.Lock()
-			prev, held = held, nil
-			mu.Unlock()
+	var prev []mqtt.Message
+	every(&wg, stop, 300*time.Millisecond, func() {
+		for _, m := range prev {
+			m.Ack()
 		}
+		mu.Lock()
+		prev, held = held, nil
+		mu.Unlock()
 	})
-	wg.Go(func() {
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				sub.Publish(probeTopic, 1, false, strconv.FormatInt(confirmed.Load(), 10))
-			}
-		}
+	every(&wg, stop, 10*time.Millisecond, func() {
+		sub.Publish(probeTopic, 1, false, strconv.FormatInt(confirmed.Load(), 10))
 	})
 
 	dev := device(t, url)

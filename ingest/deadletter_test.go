@@ -46,18 +46,9 @@ func testBadInputDuringNATSOutage(t *testing.T, broker string) {
 	// Good devices signal every 100 ms until the test ends.
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				for _, id := range good {
-					dev.Publish("devices/"+id+"/signal", 1, false, "")
-				}
-			}
+	every(&wg, stop, 100*time.Millisecond, func() {
+		for _, id := range good {
+			dev.Publish("devices/"+id+"/signal", 1, false, "")
 		}
 	})
 	defer func() { close(stop); wg.Wait() }()

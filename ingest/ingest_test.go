@@ -9,6 +9,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -151,6 +152,22 @@ func publish(t *testing.T, c mqtt.Client, topic string, payload any) {
 	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("publish %q: %v", topic, tok.Error())
 	}
+}
+
+// every runs f every d, on a goroutine of wg, until stop is closed.
+func every(wg *sync.WaitGroup, stop <-chan struct{}, d time.Duration, f func()) {
+	wg.Go(func() {
+		tick := time.NewTicker(d)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				f()
+			}
+		}
+	})
 }
 
 func (r *rig) deadline(t *testing.T, id string) (int64, bool) {

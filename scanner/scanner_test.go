@@ -198,6 +198,20 @@ func sum(ids map[string]int) int {
 	return n
 }
 
+// storedTwice fails t for every id stored more than once in ids (counts
+// from streamLost) and returns how many there are.
+func storedTwice(t *testing.T, ids map[string]int) int {
+	t.Helper()
+	twice := 0
+	for id, c := range ids {
+		if c != 1 {
+			twice++
+			t.Errorf("stream: %d lost messages with id %s, want 1", c, id)
+		}
+	}
+	return twice
+}
+
 // of matches the lost events of device id.
 func of(id string) func(dispatch.Lost) bool {
 	return func(l dispatch.Lost) bool { return l.Device == id }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/sigwatch/sigwatch/shard"
 )
@@ -73,14 +72,7 @@ func TestUpsertAddsOnlyWhatIsAdmitted(t *testing.T) {
 // only what the filter admits there.
 func TestWriterAdmitsAcrossAReplace(t *testing.T) {
 	ctx, s := newStore(t)
-	old, err := s.InitTopology(ctx, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur, err := s.Double(ctx, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	old, cur := doubleFrom(ctx, t, s, 4)
 	for i := range 4 {
 		if err := s.RaiseFloor(ctx, i, cur.Epoch); err != nil {
 			t.Fatal(err)

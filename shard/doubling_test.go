@@ -1,6 +1,7 @@
 package shard_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -60,20 +61,28 @@ func TestDoubleRefusesAboveMaxShards(t *testing.T) {
 	}
 }
 
+// doubleFrom sets s at shards shards and doubles them now, returning the
+// topology before and after the doubling.
+func doubleFrom(ctx context.Context, t *testing.T, s *shard.Store, shards int) (old, cur shard.Topology) {
+	t.Helper()
+	old, err := s.InitTopology(ctx, shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err = s.Double(ctx, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return old, cur
+}
+
 // TestFloorRefusesStaleWriters proves the fence the drain rests on: once an
 // old shard's floor is raised, a write placed under an older topology is
 // refused and adds nothing, and a Writer places it again under the
 // topology it reads and writes it where it now belongs.
 func TestFloorRefusesStaleWriters(t *testing.T) {
 	ctx, s := newStore(t)
-	old, err := s.InitTopology(ctx, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur, err := s.Double(ctx, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	old, cur := doubleFrom(ctx, t, s, 4)
 	var es []shard.Entry
 	for k := range 40 {
 		es = append(es, shard.Entry{ID: fmt.Sprintf("dev-%02d", k), Deadline: 1000})

@@ -167,21 +167,11 @@ func (d *Devices) listWatched(ctx context.Context, typ string, cur listCursor, l
 				k++
 			}
 		}
-		types, err := d.store.typeNames(ctx, codes)
-		if err != nil {
-			return nil, nil, err
-		}
-		rows := make([]ListedDevice, len(es))
-		for j, e := range es {
-			if typ != "" && types[j] != typ {
-				ok[j] = false
-			}
+		return d.rows(ctx, es, codes, typ, ok, func(_ int, e elem, typeName string, thr int64) ListedDevice {
 			dl, _ := strconv.ParseFloat(e.val, 64)
-			thr := d.thr.For(e.id, types[j]).Milliseconds()
-			rows[j] = ListedDevice{Device: e.id, Type: types[j], State: ListWatched, Deadline: int64(dl),
+			return ListedDevice{Device: e.id, Type: typeName, State: ListWatched, Deadline: int64(dl),
 				LastSeen: int64(dl) - thr, ThresholdMS: thr}
-		}
-		return rows, ok, nil
+		})
 	}
 	return page(ctx, d.store, src, cur, limit, 16, n, keep)
 }
@@ -229,20 +219,29 @@ func (d *Devices) listLost(ctx context.Context, typ string, cur listCursor, limi
 			}
 			ok[j] = err == nil && lostCounts(dl, cur)
 		}
-		types, err := d.store.typeNames(ctx, codes)
-		if err != nil {
-			return nil, nil, err
-		}
-		rows := make([]ListedDevice, len(es))
-		for j, e := range es {
-			if typ != "" && types[j] != typ {
-				ok[j] = false
-			}
-			thr := d.thr.For(e.id, types[j]).Milliseconds()
-			rows[j] = ListedDevice{Device: e.id, Type: types[j], State: ListLost, Deadline: marks[j][0],
+		return d.rows(ctx, es, codes, typ, ok, func(j int, e elem, typeName string, thr int64) ListedDevice {
+			return ListedDevice{Device: e.id, Type: typeName, State: ListLost, Deadline: marks[j][0],
 				LastSeen: marks[j][0] - thr, LostAt: marks[j][1], ThresholdMS: thr}
-		}
-		return rows, ok, nil
+		})
 	}
 	return page(ctx, d.store, src, cur, limit, 512, n, keep)
+}
+
+// rows turns a page of listed devices into rows: each device's type is
+// named from its code, a device not of typ (when typ is set) is unmarked in
+// ok, and row makes the row from the device's type and threshold in ms.
+func (d *Devices) rows(ctx context.Context, es []elem, codes []string, typ string, ok []bool,
+	row func(j int, e elem, typeName string, thr int64) ListedDevice) ([]ListedDevice, []bool, error) {
+	types, err := d.store.typeNames(ctx, codes)
+	if err != nil {
+		return nil, nil, err
+	}
+	rows := make([]ListedDevice, len(es))
+	for j, e := range es {
+		if typ != "" && types[j] != typ {
+			ok[j] = false
+		}
+		rows[j] = row(j, e, types[j], d.thr.For(e.id, types[j]).Milliseconds())
+	}
+	return rows, ok, nil
 }

@@ -6,19 +6,13 @@ import (
 	"time"
 
 	"github.com/sigwatch/sigwatch/internal/testenv"
-	"github.com/sigwatch/sigwatch/shard"
 )
 
 // TestTimeIsServerTime: Store.Time reads Redis server time, on a single
 // Redis and on a cluster (where it reads the node that holds the
 // watermark, so every process reads the same clock).
 func TestTimeIsServerTime(t *testing.T) {
-	env := testenv.New(t, testenv.Options{})
-	cluster := testenv.RedisCluster(t, 3)
-	for name, s := range map[string]*shard.Store{
-		"single":  env.Store(t, "sw"),
-		"cluster": testenv.StoreOn(t, cluster.Addrs, "sw"),
-	} {
+	for name, s := range testenv.SingleAndCluster(t, "sw") {
 		t.Run(name, func(t *testing.T) {
 			before := time.Now()
 			got, err := s.Time(context.Background())

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/internal/periodic"
 	"github.com/sigwatch/sigwatch/shard"
 	"github.com/sigwatch/sigwatch/shard/queue"
 )
@@ -221,17 +222,10 @@ const (
 // timers of the old shards this replica owns to fall due, which may be
 // days away: every moveEvery it carries them to their new shard.
 func (s *Service) moveLongTimers(ctx context.Context) error {
-	t := time.NewTicker(moveEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	periodic.Run(ctx, moveEvery, func(time.Time) {
 		top := s.topo.Current()
 		if !top.Draining() {
-			continue
+			return
 		}
 		for _, i := range s.eng.Owned() {
 			if i >= top.Prev {
@@ -247,5 +241,6 @@ func (s *Service) moveLongTimers(ctx context.Context) error {
 				s.warnOnce("moved timers not carried; retrying", err)
 			}
 		}
-	}
+	})
+	return nil
 }

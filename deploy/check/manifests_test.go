@@ -61,6 +61,7 @@ func loadManifests(t *testing.T) *manifests {
 		services: map[string]*corev1.Service{}, statefulSets: map[string]*appsv1.StatefulSet{},
 		deployments: map[string]*appsv1.Deployment{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
 	}
+	kinds := m.kinds()
 	files, err := filepath.Glob(filepath.Join(kubeDir, "*"))
 	if err != nil {
 		t.Fatal(err)
@@ -88,34 +89,15 @@ func loadManifests(t *testing.T) *manifests {
 				t.Errorf("%s: %v", where, err)
 				continue
 			}
-			var obj interface{ GetName() string }
-			var want string
-			switch tm.Kind {
-			case "ConfigMap":
-				o := &corev1.ConfigMap{}
-				obj, want = o, "v1"
-			case "Secret":
-				o := &corev1.Secret{}
-				obj, want = o, "v1"
-			case "Service":
-				o := &corev1.Service{}
-				obj, want = o, "v1"
-			case "StatefulSet":
-				o := &appsv1.StatefulSet{}
-				obj, want = o, "apps/v1"
-			case "Deployment":
-				o := &appsv1.Deployment{}
-				obj, want = o, "apps/v1"
-			case "PodDisruptionBudget":
-				o := &policyv1.PodDisruptionBudget{}
-				obj, want = o, "policy/v1"
-			default:
+			k, ok := kinds[tm.Kind]
+			if !ok {
 				t.Errorf("%s: kind %q is not one this test knows how to check", where, tm.Kind)
 				continue
 			}
-			if tm.APIVersion != want {
-				t.Errorf("%s: %s apiVersion %q, want %q", where, tm.Kind, tm.APIVersion, want)
+			if tm.APIVersion != k.apiVersion {
+				t.Errorf("%s: %s apiVersion %q, want %q", where, tm.Kind, tm.APIVersion, k.apiVersion)
 			}
+			obj, file := k.decode()
 			if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
 				t.Errorf("%s: %s: %v", where, tm.Kind, err)
 				continue
@@ -124,36 +106,51 @@ func loadManifests(t *testing.T) *manifests {
 			if name == "" {
 				t.Errorf("%s: %s without metadata.name", where, tm.Kind)
 			}
-			if ns := obj.(metav1.Object).GetNamespace(); ns != "" {
+			if ns := obj.GetNamespace(); ns != "" {
 				t.Errorf("%s: %s/%s sets namespace %q: the user picks it (kubectl apply -n)", where, tm.Kind, name, ns)
 			}
-			dup := false
-			switch o := obj.(type) {
-			case *corev1.ConfigMap:
-				_, dup = m.configMaps[name]
-				m.configMaps[name] = o
-			case *corev1.Secret:
-				_, dup = m.secrets[name]
-				m.secrets[name] = o
-			case *corev1.Service:
-				_, dup = m.services[name]
-				m.services[name] = o
-			case *appsv1.StatefulSet:
-				_, dup = m.statefulSets[name]
-				m.statefulSets[name] = o
-			case *appsv1.Deployment:
-				_, dup = m.deployments[name]
-				m.deployments[name] = o
-			case *policyv1.PodDisruptionBudget:
-				_, dup = m.pdbs[name]
-				m.pdbs[name] = o
-			}
-			if dup {
+			if file(name) {
 				t.Errorf("%s: a second %s named %s", where, tm.Kind, name)
 			}
 		}
 	}
 	return m
+}
+
+// kind is a kind deploy/kubernetes may hold: the apiVersion it must carry,
+// and decode, which returns a new object of the kind and the function that
+// files it in the manifests under its name once decoded, saying whether the
+// name was taken.
+type kind struct {
+	apiVersion string
+	decode     func() (obj metav1.Object, file func(name string) (dup bool))
+}
+
+// kinds are the kinds this test checks, each filed in its map of m.
+func (m *manifests) kinds() map[string]kind {
+	return map[string]kind{
+		"ConfigMap":           {"v1", into(m.configMaps)},
+		"Secret":              {"v1", into(m.secrets)},
+		"Service":             {"v1", into(m.services)},
+		"StatefulSet":         {"apps/v1", into(m.statefulSets)},
+		"Deployment":          {"apps/v1", into(m.deployments)},
+		"PodDisruptionBudget": {"policy/v1", into(m.pdbs)},
+	}
+}
+
+// into is the decode of a kind whose objects are filed in byName.
+func into[T any, P interface {
+	*T
+	metav1.Object
+}](byName map[string]P) func() (metav1.Object, func(string) bool) {
+	return func() (metav1.Object, func(string) bool) {
+		o := P(new(T))
+		return o, func(name string) bool {
+			_, dup := byName[name]
+			byName[name] = o
+			return dup
+		}
+	}
 }
 
 func isBlank(doc string) bool {

@@ -16,13 +16,19 @@ func RedisClusterWith(t testing.TB, opts servers.ClusterOptions) *servers.RedisC
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
+	stopClusterWhenDone(t, c)
+	return c
+}
+
+// stopClusterWhenDone stops c when the test ends, after writing the end of every node's log to
+// the test log if the test failed.
+func stopClusterWhenDone(t testing.TB, c *servers.RedisCluster) {
 	t.Cleanup(func() {
 		for i, n := range c.Nodes {
 			logOnFailure(t, fmt.Sprintf("redis cluster node %d", i), n.LogPath())
 		}
 		c.Stop()
 	})
-	return c
 }
 
 // NATSCluster starts a three-node NATS cluster (each node a child process, JetStream on), stopped

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -211,21 +210,9 @@ func (r *Recorder[T]) WaitN(t testing.TB, timeout time.Duration, n int, what str
 // window, so this is what sigwatch promises downstream: one stored message per event.
 func StreamMsgIDs(t testing.TB, nc *nats.Conn, stream, prefix string) map[string]int {
 	t.Helper()
-	ctx := context.Background()
-	s := waitStream(t, nc, stream)
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatalf("testenv: stream %s: %v", stream, err)
-	}
 	ids := map[string]int{}
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatalf("testenv: stream %s message %d: %v", stream, seq, err)
-		}
-		if strings.HasPrefix(m.Subject, prefix) {
-			ids[m.Header.Get(nats.MsgIdHdr)]++
-		}
+	for _, m := range StreamMessages(t, nc, stream, prefix) {
+		ids[m.Header.Get(nats.MsgIdHdr)]++
 	}
 	return ids
 }

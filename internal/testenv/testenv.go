@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"crypto/tls"
-	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -115,12 +114,7 @@ func RedisCluster(t testing.TB, masters int) *servers.RedisCluster {
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	t.Cleanup(func() {
-		for i, n := range c.Nodes {
-			logOnFailure(t, fmt.Sprintf("redis cluster node %d", i), n.LogPath())
-		}
-		c.Stop()
-	})
+	stopClusterWhenDone(t, c)
 	return c
 }
 
@@ -155,6 +149,18 @@ func (env *Env) Store(t testing.TB, prefix string) *shard.Store {
 func StoreOn(t testing.TB, addrs []string, prefix string) *shard.Store {
 	t.Helper()
 	return storeOn(t, addrs, "", prefix)
+}
+
+// SingleAndCluster returns, under the names "single" and "cluster", a store on a fresh Redis and
+// one on a fresh three-master Redis Cluster, for a test that must hold on both.
+func SingleAndCluster(t testing.TB, prefix string) map[string]*shard.Store {
+	t.Helper()
+	env := New(t, Options{})
+	cluster := RedisCluster(t, 3)
+	return map[string]*shard.Store{
+		"single":  env.Store(t, prefix),
+		"cluster": StoreOn(t, cluster.Addrs, prefix),
+	}
 }
 
 func storeOn(t testing.TB, addrs []string, password, prefix string) *shard.Store {

@@ -182,6 +182,14 @@ class Pager {
     // A page emptied under us (its devices recovered): start over.
     if (rows === 0 && this.stack.length > 1 && !this.next) this.stack = [''];
   }
+  // showTable shows a page of rows in the table named like the pager, with
+  // its count and empty note, then the pager itself.
+  showTable(rows, data) {
+    $(this.name + '-empty').hidden = rows.length > 0 || this.stack.length > 1;
+    $(this.name).hidden = rows.length === 0 && this.stack.length === 1;
+    $(this.name + '-count').textContent = rows.length ? '(' + rows.length + (data.next ? '+' : '') + ' on this page)' : '';
+    this.show(data && data.next, rows.length);
+  }
 }
 
 const lostPager = new Pager('lost');
@@ -227,10 +235,7 @@ function renderLost(data) {
     tr.cells[3].title = clockTime(d.last_seen);
     return tr;
   }));
-  $('lost-empty').hidden = rows.length > 0 || lostPager.stack.length > 1;
-  $('lost').hidden = rows.length === 0 && lostPager.stack.length === 1;
-  $('lost-count').textContent = rows.length ? '(' + rows.length + (data.next ? '+' : '') + ' on this page)' : '';
-  lostPager.show(data && data.next, rows.length);
+  lostPager.showTable(rows, data);
 }
 
 // scopeLabel names a storm's scope: "group gw-17" or "fleet".
@@ -338,10 +343,7 @@ function renderAlarms(data) {
     tr.cells[3].title = clockTime(a.since);
     return tr;
   }));
-  $('alarms-empty').hidden = rows.length > 0 || alarmsPager.stack.length > 1;
-  $('alarms').hidden = rows.length === 0 && alarmsPager.stack.length === 1;
-  $('alarms-count').textContent = rows.length ? '(' + rows.length + (data.next ? '+' : '') + ' on this page)' : '';
-  alarmsPager.show(data && data.next, rows.length);
+  alarmsPager.showTable(rows, data);
 }
 
 $('alarms').addEventListener('click', async (ev) => {
