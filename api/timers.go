@@ -48,11 +48,21 @@ func (a *API) putTimer(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"queue": queue, "id": id, "deadline": deadline})
 }
 
+// timerName reads the queue and the id of the path, or answers 400 when no
+// reset could have stored them.
+func (a *API) timerName(w http.ResponseWriter, r *http.Request) (queue, id string, ok bool) {
+	queue, id = r.PathValue("queue"), r.PathValue("id")
+	if err := a.o.Timers.Limits().CheckName(queue, id); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return "", "", false
+	}
+	return queue, id, true
+}
+
 func (a *API) getTimer(w http.ResponseWriter, r *http.Request) {
 	s := a.o.Timers
-	queue, id := r.PathValue("queue"), r.PathValue("id")
-	if err := s.Limits().CheckName(queue, id); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	queue, id, ok := a.timerName(w, r)
+	if !ok {
 		return
 	}
 	t, ok, err := s.Get(r.Context(), queue, id)
@@ -67,13 +77,11 @@ func (a *API) getTimer(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) deleteTimer(w http.ResponseWriter, r *http.Request) {
-	s := a.o.Timers
-	queue, id := r.PathValue("queue"), r.PathValue("id")
-	if err := s.Limits().CheckName(queue, id); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	queue, id, ok := a.timerName(w, r)
+	if !ok {
 		return
 	}
-	ok, err := s.Cancel(r.Context(), queue, id)
+	ok, err := a.o.Timers.Cancel(r.Context(), queue, id)
 	switch {
 	case err != nil:
 		writeErr(w, err)

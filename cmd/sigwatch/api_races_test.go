@@ -52,6 +52,19 @@ func waitReady(t *testing.T, app *App) {
 	})
 }
 
+// waitWatched waits until the API says every one of ids is watched.
+func waitWatched(t *testing.T, app *App, ids []string) {
+	t.Helper()
+	testenv.WaitFor(t, 10*time.Second, "every device watched", func() bool {
+		for _, id := range ids {
+			if code, dev := call(t, app, "GET", "/v1/devices/"+id, "t0ken", nil); code != http.StatusOK || dev["watched"] != true {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // TestSignalsTwoLargeBodiesNoEarly proves invariants 1 and 8 for the HTTP
 // path: two 1,000-device bodies posted 3.5s apart with a 4s threshold fire
 // nothing before the second body's deadlines (no watermark vouches for an
@@ -165,14 +178,7 @@ func TestThresholdFlipNoLost(t *testing.T) {
 	waitReady(t, app)
 	l := watchLost(t, env)
 	d := startDevices(t, env.Mosquitto.URL, 20, 100*time.Millisecond)
-	testenv.WaitFor(t, 10*time.Second, "every device watched", func() bool {
-		for _, id := range d.ids {
-			if code, dev := call(t, app, "GET", "/v1/devices/"+id, "t0ken", nil); code != http.StatusOK || dev["watched"] != true {
-				return false
-			}
-		}
-		return true
-	})
+	waitWatched(t, app, d.ids)
 
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -225,14 +231,7 @@ func TestThresholdAndDeleteDuringDoubling(t *testing.T) {
 	l := watchLost(t, env)
 	d := startDevices(t, env.Mosquitto.URL, 40, 100*time.Millisecond)
 	flipped, removed := d.ids[:20], d.ids[20:]
-	testenv.WaitFor(t, 10*time.Second, "every device watched", func() bool {
-		for _, id := range d.ids {
-			if code, dev := call(t, app, "GET", "/v1/devices/"+id, "t0ken", nil); code != http.StatusOK || dev["watched"] != true {
-				return false
-			}
-		}
-		return true
-	})
+	waitWatched(t, app, d.ids)
 
 	var wg sync.WaitGroup
 	stop := make(chan struct{})

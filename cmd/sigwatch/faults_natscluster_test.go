@@ -224,13 +224,19 @@ func checkReplicas(t *testing.T, js jetstream.JetStream, stream string, n int) {
 
 // lostStored returns how many lost events stream holds, or -1 when it cannot say.
 func lostStored(js jetstream.JetStream, stream string) int {
+	return storedOn(js, stream, "sigwatch.lost.>")
+}
+
+// storedOn returns how many messages of stream match subject, or -1 when it
+// cannot say.
+func storedOn(js jetstream.JetStream, stream, subject string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return -1
 	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter("sigwatch.lost.>"))
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subject))
 	if err != nil {
 		return -1
 	}

@@ -211,21 +211,7 @@ func timerEventCount(nc *nats.Conn) int {
 	if err != nil {
 		return -1
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, "SIGWATCH")
-	if err != nil {
-		return -1
-	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter("sigwatch.timer.>"))
-	if err != nil {
-		return -1
-	}
-	n := 0
-	for _, c := range info.State.Subjects {
-		n += int(c)
-	}
-	return n
+	return storedOn(js, "SIGWATCH", "sigwatch.timer.>")
 }
 
 // TestTimersFireOnceAcrossFaults loads 100,000 timers across 10 queues,
