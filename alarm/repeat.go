@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/sigwatch/sigwatch/dispatch"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/shard"
 	"github.com/sigwatch/sigwatch/shard/queue"
 )
@@ -47,27 +47,26 @@ func (r repeats) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry
 	fates := make([]fate, len(due))
 	fence := a.pub.FenceOf(fenceScope, i, b.Fence)
 	var fenced atomic.Bool
-	sem := make(chan struct{}, a.opts.Workers)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(a.opts.Workers)
 	for j, e := range due {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
+		g.Go(func() error {
 			remove, move, err := a.wake(ctx, i, e, now, fence)
 			if errors.Is(err, dispatch.ErrFenced) {
 				fenced.Store(true)
-				return
+				return nil
 			}
 			if err != nil {
 				if ctx.Err() == nil {
 					a.log.Warn("repeat timer not handled; retried", "device", e.ID, "err", err)
 				}
-				return
+				return nil
 			}
 			fates[j] = fate{remove: remove, move: move}
+			return nil
 		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	if fenced.Load() {
 		// Another replica has the shard: nothing of the batch is settled.
 		return nil, nil, fmt.Errorf("alarm: repeat timers of shard %d: %w", i, queue.ErrFenced)

@@ -6,7 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/sigwatch/sigwatch/dispatch"
 )
@@ -240,17 +241,18 @@ func (a *Alarms) scopeAlarm(ctx context.Context, sc string, st stormState, ev di
 func (a *Alarms) wakeLost(ctx context.Context, sc string, at int64) error {
 	now := a.opts.Now()
 	return a.lostMembers(ctx, sc, func(ids []string) error {
-		var wg sync.WaitGroup
+		// Every id is armed, whatever another's error: each is a device
+		// to raise.
+		var g errgroup.Group
+		g.SetLimit(a.opts.Workers)
 		errs := make([]error, len(ids))
-		sem := make(chan struct{}, a.opts.Workers)
 		for j, id := range ids {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
+			g.Go(func() error {
 				errs[j] = a.arm(ctx, id, at, now)
+				return nil
 			})
 		}
-		wg.Wait()
+		_ = g.Wait()
 		return errors.Join(errs...)
 	})
 }
