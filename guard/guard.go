@@ -277,6 +277,7 @@ func (g *Guard) incident(ctx context.Context, why string, since int64) error {
 			got, lerr := g.o.Store.TakeLock(ctx, shard.RestoreLock, token, restoreLockTTL)
 			if lerr == nil && got {
 				err = g.restore(ctx, why, since, token)
+				// A ttl of a millisecond releases the lock.
 				_, _ = g.o.Store.ExtendLock(context.WithoutCancel(ctx), shard.RestoreLock, token, time.Millisecond)
 				if err == nil {
 					break
