@@ -59,6 +59,11 @@ func (a *API) timerName(w http.ResponseWriter, r *http.Request) (queue, id strin
 	return queue, id, true
 }
 
+// noTimer answers 404 for a timer that is not there.
+func noTimer(w http.ResponseWriter, queue, id string) {
+	writeError(w, http.StatusNotFound, fmt.Sprintf("no timer %q in queue %q (never set, fired or cancelled)", id, queue))
+}
+
 func (a *API) getTimer(w http.ResponseWriter, r *http.Request) {
 	s := a.o.Timers
 	queue, id, ok := a.timerName(w, r)
@@ -70,7 +75,7 @@ func (a *API) getTimer(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeErr(w, err)
 	case !ok:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no timer %q in queue %q (never set, fired or cancelled)", id, queue))
+		noTimer(w, queue, id)
 	default:
 		writeJSON(w, http.StatusOK, t)
 	}
@@ -86,7 +91,7 @@ func (a *API) deleteTimer(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeErr(w, err)
 	case !ok:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no timer %q in queue %q (never set, fired or cancelled)", id, queue))
+		noTimer(w, queue, id)
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}
