@@ -51,6 +51,10 @@ func (m *manifests) workloads() []workload {
 
 var kubeDir = filepath.Join(repoRoot, "deploy", "kubernetes")
 
+// secretDir is the folder under kubeDir that holds the Secret's template,
+// out of the way of kubectl apply -f deploy/kubernetes/.
+const secretDir = "secret"
+
 // docSeparator is a YAML document separator line.
 var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
 
@@ -69,7 +73,19 @@ func loadManifests(t *testing.T) *manifests {
 	if len(files) == 0 {
 		t.Fatal("no files in deploy/kubernetes")
 	}
-	for _, f := range files {
+	// The Secret's template sits in a folder of its own, so that applying
+	// the folder never overwrites a Secret made with kubectl create secret.
+	secretFiles, err := filepath.Glob(filepath.Join(kubeDir, secretDir, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range append(files, secretFiles...) {
+		if fi, err := os.Stat(f); err == nil && fi.IsDir() {
+			if filepath.Base(f) != secretDir || filepath.Dir(f) != kubeDir {
+				t.Errorf("%s: a folder other than %s/", f, secretDir)
+			}
+			continue
+		}
 		if ext := filepath.Ext(f); ext != ".yaml" && ext != ".yml" {
 			// kubectl apply -f dir/ reads .json too; nothing else belongs here.
 			t.Errorf("%s: not a manifest (kubectl apply -f deploy/kubernetes/ would read it or skip it)", f)
@@ -111,6 +127,9 @@ func loadManifests(t *testing.T) *manifests {
 			}
 			if file(name) {
 				t.Errorf("%s: a second %s named %s", where, tm.Kind, name)
+			}
+			if inSecretDir := filepath.Dir(f) != kubeDir; (tm.Kind == "Secret") != inSecretDir {
+				t.Errorf("%s: %s: Secrets, and only they, belong in %s/ (kubectl apply -f deploy/kubernetes/ must not overwrite a Secret made with kubectl create secret)", where, tm.Kind, secretDir)
 			}
 		}
 	}
