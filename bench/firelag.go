@@ -110,7 +110,7 @@ func (r *runner) fireLag(ctx context.Context) error {
 		}
 		if early := slices.Min(lagOf(append(slices.Clone(sws), idles...), lagMin)); early < 0 {
 			sc.Notes = append(sc.Notes, fmt.Sprintf("%s devices: some lost events arrived before their deadline "+
-				"(earliest %.1f ms early): DESIGN.md invariant 1 (no early fire) is broken at this commit.", size, -early))
+				"(earliest %.1f ms early): guarantee 1 of docs/guarantees.md (no early fire) is broken at this commit.", size, -early))
 		}
 		if f.pushed > 0 {
 			sc.Notes = append(sc.Notes, fmt.Sprintf("%s devices: the runs outlasted the 10 minutes the load put the "+

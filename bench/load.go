@@ -21,7 +21,7 @@ import (
 const shards = 16
 
 // deviceID is the id of device i, the same in the harness and in the load
-// generator: 11 characters, close to the 12-character ids of PERF-NOTES.
+// generator: 11 characters, close to the 12-character ids real fleets use.
 func deviceID(i int) string {
 	s := strconv.Itoa(i)
 	const width = 7

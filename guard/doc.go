@@ -1,5 +1,5 @@
-// Package guard makes Redis losing data an outage, not amnesia (DESIGN.md
-// invariant 10). It notices a loss or a rollback — the generation record
+// Package guard makes Redis losing data an outage, not amnesia (docs/guarantees.md,
+// guarantee 11). It notices a loss or a rollback — the generation record
 // missing or behind, a shard whose Redis process changed, a topology below
 // one already seen — holds the process not ready, and has one process
 // restore Redis from the durable registry: the topology no lower than any

@@ -6,7 +6,7 @@ import (
 )
 
 // breaks keeps the breaks of the subscriber's connection until the
-// watermark stage has reported them as an outage (DESIGN.md invariant 6).
+// watermark stage has reported them as an outage (docs/guarantees.md, guarantee 6).
 // Losing the broker is an outage from the moment the connection is lost,
 // whatever its length: devices cannot publish while the broker is down,
 // and the broker may have dropped what it held. After a broker restart the

@@ -14,7 +14,7 @@ import (
 )
 
 // deadLetters is the stage that forwards input ingest refused to the
-// dead-letter subject (DESIGN.md invariant 7). A refused message is acked
+// dead-letter subject (docs/guarantees.md, guarantee 9). A refused message is acked
 // at once and only a copy of what the event needs is queued: bad input
 // never holds a slot of the broker's in-flight window, which good input
 // needs, however long NATS is down. Forwarding is best effort: the queue

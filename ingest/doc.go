@@ -6,7 +6,7 @@
 // its shard is new or back after being lost: only then does ingest do extra
 // work (the registry, and a recovered event).
 //
-// Ingest also keeps the watermark (DESIGN.md invariant 6): it publishes a
+// Ingest also keeps the watermark (docs/guarantees.md, guarantee 6): it publishes a
 // probe to itself through the broker, and once the probe is back and every
 // signal received before it is stored, the time the probe was sent is a time
 // up to which ingest is known to have been consuming.

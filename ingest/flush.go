@@ -67,7 +67,7 @@ func (p *pipeline) flush(ctx context.Context, b *batch, idx map[string]int, es [
 }
 
 // admit returns the admission rule for the ids of b found absent from their
-// shard (DESIGN.md invariant 8). An absent device is new, or was lost: its
+// shard (docs/guarantees.md, guarantee 7). An absent device is new, or was lost: its
 // entry is removed only after its lost mark is stored, so the mark read here
 // is the evidence of the loss. A signal is admitted unless the earliest
 // deadline its evidence supports (lo plus the threshold) is not after the

@@ -11,8 +11,8 @@ import (
 	"github.com/sigwatch/sigwatch/shard"
 )
 
-// watermark is the stage that keeps this member's watermark (DESIGN.md
-// invariant 6). The pipeline tells it when a probe barrier is cut and when
+// watermark is the stage that keeps this member's watermark (docs/guarantees.md,
+// guarantee 6). The pipeline tells it when a probe barrier is cut and when
 // a flush completes; once every flush cut before a barrier has completed,
 // the probe's send time is a time up to which this member has consumed,
 // and the stage stores it as the member's report. The store moves the

@@ -77,7 +77,7 @@ func dialSentinel(t *testing.T, cfg shard.RedisConfig) *shard.Store {
 // crash of the master (kill -9) under a stream of deadline writes: within a bound after the kill
 // its writes land on the promoted replica and its reads see them, and what was replicated before
 // the kill is still there. (Writes acknowledged but not yet replicated may be lost: detecting
-// that is DESIGN.md invariant 10, not this test.)
+// that is docs/guarantees.md, guarantee 11, not this test.)
 func TestStoreFollowsSentinelFailover(t *testing.T) {
 	t.Parallel()
 	storeFollowsFailover(t, "")

@@ -24,8 +24,8 @@ func (s *Store) Upsert(ctx context.Context, f Family, byShard map[int][]Entry) (
 // Admit decides which entries found absent from their shard may be added
 // (and those added at a lower deadline since the native write, which may be
 // gone again by the time the script runs): a device that is absent is new,
-// or was lost, and a late signal must not bring it back (DESIGN.md
-// invariant 8). It returns the entries to write; the others are left out.
+// or was lost, and a late signal must not bring it back (docs/guarantees.md,
+// guarantee 7). It returns the entries to write; the others are left out.
 // An error fails the write, which the caller retries. A nil Admit admits
 // all.
 type Admit func(ctx context.Context, absent []Entry) ([]Entry, error)

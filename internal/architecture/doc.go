@@ -1,5 +1,5 @@
 // Package architecture holds the test that keeps the code's layout as
-// ARCHITECTURE.md draws it. It has no code of its own: the rules and their
+// CONTRIBUTING.md draws it. It has no code of its own: the rules and their
 // checks are in its tests, which `make test` runs with everything else.
 //
 // What the test refuses, in the code that ships (test files may reach any

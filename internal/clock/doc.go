@@ -1,5 +1,5 @@
 // Package clock gives every sigwatch process the same time base: the
-// server time of Redis (DESIGN.md invariant 9).
+// server time of Redis (docs/guarantees.md, guarantee 8).
 //
 // Deadlines are stamped by one host and compared with "now" by another:
 // an ingest member stamps a signal, a scanner on another host decides it is

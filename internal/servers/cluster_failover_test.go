@@ -174,7 +174,7 @@ func addrsOf(rs []*servers.Redis) []string {
 // TestRedisClusterQuickRestart: a master killed and restarted before the others count it as
 // failing keeps its slots, and comes back with its data only from its append-only file.
 // Without one it comes back empty, and its replica, syncing from it, empties too: the Redis
-// data loss that sigwatch must detect (DESIGN.md invariant 10) rather than a failover.
+// data loss that sigwatch must detect (docs/guarantees.md, guarantee 11) rather than a failover.
 func TestRedisClusterQuickRestart(t *testing.T) {
 	t.Parallel()
 	for _, aof := range []bool{true, false} {
