@@ -89,7 +89,7 @@ func (r *runner) peers(ctx context.Context) error {
 		}
 		// The same durability on both sides: PostgreSQL writes its WAL
 		// asynchronously (synchronous_commit=off), Redis its AOF every
-		// second, as the README asks of production.
+		// second, as docs/durability.md asks of production.
 		m, err := r.withAOF(ctx, func() (measured, error) { return r.peerSigwatch(ctx, ids) })
 		if err != nil {
 			return fmt.Errorf("sigwatch with AOF: %w", err)

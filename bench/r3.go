@@ -14,7 +14,7 @@ import (
 )
 
 // natsR3 is a 3-node NATS cluster the burst runs against with every stream
-// at 3 replicas, as the README tells production to run.
+// at 3 replicas, as docs/operations.md tells production to run.
 type natsR3 struct {
 	c    *servers.NATSCluster
 	nc   *nats.Conn

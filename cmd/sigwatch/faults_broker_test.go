@@ -18,7 +18,7 @@ import (
 	"github.com/sigwatch/sigwatch/internal/testenv"
 )
 
-// Broker blips (README guarantee 6): losing the broker is an outage from
+// Broker blips (guarantee 6 of docs/guarantees.md): losing the broker is an outage from
 // the moment the connection is lost, whatever its length, and after a
 // broker restart devices get ingest.reconnect_grace to come back before
 // their silence counts again.
