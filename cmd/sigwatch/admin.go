@@ -215,10 +215,14 @@ func cmdMute(ctx context.Context, args []string, stdout io.Writer) error {
 			_ = tw.Flush()
 		})
 	case verb == "rm" && len(pos) == 1:
-		if _, err := c.do(ctx, http.MethodDelete, "/v1/mutes/"+url.PathEscape(pos[0]), nil); err != nil {
+		b, err := c.do(ctx, http.MethodDelete, "/v1/mutes/"+url.PathEscape(pos[0]), nil)
+		if err != nil {
 			return err
 		}
-		_, err := fmt.Fprintf(stdout, "mute %s removed\n", pos[0])
+		if *asJSON {
+			return printRaw(stdout, b)
+		}
+		_, err = fmt.Fprintf(stdout, "mute %s removed\n", pos[0])
 		return err
 	}
 	return errors.New(use)
