@@ -122,8 +122,8 @@ func (a *API) ackUntil(w http.ResponseWriter, r *http.Request) (time.Time, bool)
 		Until json.RawMessage `json:"until"`
 		For   string          `json:"for"`
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil && !errors.Is(err, io.EOF) {
-		writeError(w, http.StatusBadRequest, `body must be empty, {"until": "2030-01-02T15:04:05Z" or unix ms} or {"for": "30m"}`)
+	if err := decodeBody(w, r, 4096, &body); err != nil && !errors.Is(err, io.EOF) {
+		writeError(w, http.StatusBadRequest, refusal(err, `body must be empty, {"until": "2030-01-02T15:04:05Z" or unix ms} or {"for": "30m"}`))
 		return time.Time{}, false
 	}
 	now := a.o.Now()
@@ -151,8 +151,8 @@ type muteIn struct {
 func (a *API) postMute(w http.ResponseWriter, r *http.Request) {
 	const use = `body must be {"device": "id"} or {"type": "t"}, with {"for": "1h"} or {"until": RFC 3339 or unix ms}, and an optional "comment"`
 	var in muteIn
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16384)).Decode(&in); err != nil {
-		writeError(w, http.StatusBadRequest, use)
+	if err := decodeBody(w, r, 16384, &in); err != nil {
+		writeError(w, http.StatusBadRequest, refusal(err, use))
 		return
 	}
 	if (in.Device == "") == (in.Type == "") {

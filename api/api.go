@@ -106,6 +106,7 @@ func (a *API) Handler() http.Handler {
 	v1.HandleFunc("GET /v1/shards", a.getShards)
 	v1.HandleFunc("POST /v1/shards/double", a.postShardsDouble)
 	v1.HandleFunc("GET /v1/stats", a.getStats)
+	v1.HandleFunc("GET /v1/events", a.getEvents)
 	v1.HandleFunc("GET /v1/storms", a.withAlarms(a.getStorms))
 	v1.HandleFunc("POST /v1/groups/{group}/ack", a.withAlarms(a.postGroupAck))
 	v1.HandleFunc("POST /v1/fleet/ack", a.withAlarms(a.postFleetAck))
@@ -119,8 +120,8 @@ func (a *API) Handler() http.Handler {
 			writeError(w, http.StatusServiceUnavailable, "timers are off here (timers.enabled: false)")
 		})
 	}
-	mux.Handle("/v1/", a.auth(v1))
-	return mux
+	mux.Handle("/v1/", a.auth(jsonMisses(v1)))
+	return jsonMisses(mux)
 }
 
 // Serve serves Handler on ln until ctx ends, then shuts the server down,

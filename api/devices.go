@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -106,10 +105,26 @@ func (a *API) remember(ctx context.Context, id string, change func(r *dispatch.D
 	return nil
 }
 
-// setGroup sets id's group in Redis, then in the durable registry. As a
-// threshold override, a group may be set before the device is first seen;
-// the registry learns it only for a device it knows, and only when it
-// changes, so the registry never holds a device Redis has not seen.
+// known answers 404 for a device never seen (or removed) and returns
+// false: a threshold or group set on a typo would otherwise be stored for
+// a device that never comes. The registry learns a change only for a
+// device it knows, and only when it changes.
+func (a *API) known(w http.ResponseWriter, r *http.Request, id string) bool {
+	v, err := a.o.Devices.Get(r.Context(), id)
+	if err != nil {
+		writeErr(w, err)
+		return false
+	}
+	if !v.Known() {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("device %q not known: it never signalled, or was removed; check the id", id))
+		return false
+	}
+	return true
+}
+
+// setGroup sets id's group in Redis, then in the durable registry, which
+// learns it only for a device it knows, and only when it changes, so the
+// registry never holds a device Redis has not seen.
 func (a *API) setGroup(ctx context.Context, id, group string) error {
 	if _, err := a.o.Store.SetGroup(ctx, id, group); err != nil {
 		return err
@@ -132,12 +147,15 @@ func (a *API) putGroup(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Group *string `json:"group"`
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil || body.Group == nil {
-		writeError(w, http.StatusBadRequest, `body must be {"group": "gw-17"} ("" removes the group)`)
+	if err := decodeBody(w, r, 4096, &body); err != nil || body.Group == nil {
+		writeError(w, http.StatusBadRequest, refusal(err, `body must be {"group": "gw-17"} ("" removes the group)`))
 		return
 	}
 	if err := shard.CheckGroup(*body.Group, a.o.MaxIDLen); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if !a.known(w, r, id) {
 		return
 	}
 	if err := a.setGroup(r.Context(), id, *body.Group); err != nil {
@@ -161,8 +179,8 @@ func (a *API) putThreshold(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Threshold string `json:"threshold"`
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil {
-		writeError(w, http.StatusBadRequest, `body must be {"threshold": "90s"} ("" or "0s" removes the override)`)
+	if err := decodeBody(w, r, 4096, &body); err != nil {
+		writeError(w, http.StatusBadRequest, refusal(err, `body must be {"threshold": "90s"} ("" or "0s" removes the override)`))
 		return
 	}
 	var d time.Duration
@@ -172,6 +190,9 @@ func (a *API) putThreshold(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("threshold must be a Go duration such as 90s or 5m, from 0 to %v", shard.MaxThreshold))
 			return
 		}
+	}
+	if !a.known(w, r, id) {
+		return
 	}
 	v, err := a.o.Devices.SetThreshold(r.Context(), id, d)
 	if err != nil {

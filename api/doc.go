@@ -11,7 +11,8 @@
 //   - api.go: Config (the http section), Options, API, Handler (the
 //     routes), Serve, and the bearer token.
 //   - respond.go: writeJSON, the error-to-status mapping, the limit of a
-//     listing, the id check ingest shares.
+//     listing, the id check ingest shares, the body decoder that names an
+//     unknown field, and the JSON 404 and 405 of a route that is not there.
 //   - health.go: /healthz (liveness) and /readyz (readiness).
 //   - devices.go: one device: get, remove, threshold, group (Device).
 //   - signals.go: POST /v1/signals (Signal).
@@ -19,7 +20,9 @@
 //   - alarms.go: acks and mutes, and the end of an ack or a mute.
 //   - storms.go: storms and their acks (StormList).
 //   - shards.go: the shards' status (Shards, ShardsStatus) and a doubling
-//     (Double), which sigwatch shards also calls on Redis directly.
+//     (Double, Doubling), which sigwatch shards --config also calls on
+//     Redis directly.
 //   - stats.go: GET /v1/stats (Stats).
 //   - timers.go: the generic timers' routes.
+//   - events.go: GET /v1/events, the stream's events as Server-Sent Events.
 package api

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/sigwatch/sigwatch/alarm"
 	"github.com/sigwatch/sigwatch/ingest"
@@ -68,4 +70,78 @@ func (a *API) validID(id string) error {
 		return fmt.Errorf("%w: %d bytes, the limit is %d (ingest.max_id_len)", err, len(id), a.o.MaxIDLen)
 	}
 	return err
+}
+
+// jsonMisses answers what mux has no route for, or no route with that
+// method for, in the JSON every refusal has, instead of the mux's plain
+// text.
+func jsonMisses(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(&missWriter{ResponseWriter: w, r: r}, r)
+	})
+}
+
+// missWriter turns the mux's plain-text 404 and 405 into JSON.
+type missWriter struct {
+	http.ResponseWriter
+	r       *http.Request
+	swallow bool
+}
+
+func (m *missWriter) WriteHeader(code int) {
+	plain := strings.HasPrefix(m.Header().Get("Content-Type"), "text/plain")
+	switch {
+	case code == http.StatusNotFound && plain:
+		m.swallow = true
+		writeError(m.ResponseWriter, code, fmt.Sprintf("no route %s %s", m.r.Method, m.r.URL.Path))
+	case code == http.StatusMethodNotAllowed && plain:
+		m.swallow = true
+		writeError(m.ResponseWriter, code, fmt.Sprintf("%s is not allowed on %s: use %s", m.r.Method, m.r.URL.Path, m.Header().Get("Allow")))
+	default:
+		m.ResponseWriter.WriteHeader(code)
+	}
+}
+
+func (m *missWriter) Write(b []byte) (int, error) {
+	if m.swallow {
+		return len(b), nil
+	}
+	return m.ResponseWriter.Write(b)
+}
+
+// decodeBody reads a JSON body of at most limit bytes into v, refusing a
+// field v does not have, so a typo is named instead of ignored. Its error
+// says what is wrong in the caller's words; io.EOF (no body) and
+// *http.MaxBytesError pass as they are.
+func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case err == nil, errors.Is(err, io.EOF), errors.As(err, new(*http.MaxBytesError)):
+		return err
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return errors.New(strings.TrimPrefix(err.Error(), "json: "))
+	case errors.As(err, &typeErr) && typeErr.Field != "":
+		return fmt.Errorf("field %q cannot be a JSON %s", typeErr.Field, typeErr.Value)
+	case errors.As(err, &typeErr):
+		return fmt.Errorf("the body cannot be a JSON %s", typeErr.Value)
+	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
+		return errors.New("the body is not valid JSON")
+	}
+	return errors.New(strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// refusal is the message of a body refused: what is wrong, then use.
+func refusal(err error, use string) string {
+	if err == nil || errors.Is(err, io.EOF) {
+		return use
+	}
+	return err.Error() + ": " + use
 }

@@ -1,8 +1,13 @@
 package api
 
 import (
+	"encoding/json"
+	"strings"
+	"time"
+
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -43,6 +48,42 @@ func TestLimit(t *testing.T) {
 		n, err := limit(httptest.NewRequest(http.MethodGet, "/v1/devices"+q, nil), 1000)
 		if n != want || (want == 0) != (err != nil) {
 			t.Errorf("%q: got %d, %v, want %d", q, n, err, want)
+		}
+	}
+}
+
+// TestRefusalsSpeakJSON: an unknown route is a JSON 404 naming it, a
+// wrong method a JSON 405 naming the methods there are, and a body field
+// the route does not take is named in the 400.
+func TestRefusalsSpeakJSON(t *testing.T) {
+	srv := httptest.NewServer(New(Options{Gatherer: prometheus.NewRegistry(), Now: time.Now}).Handler())
+	t.Cleanup(srv.Close)
+	for _, c := range []struct {
+		method, path, body string
+		code               int
+		want               string
+	}{
+		{"GET", "/v1/foo", "", http.StatusNotFound, "no route GET /v1/foo"},
+		{"GET", "/nope", "", http.StatusNotFound, "no route GET /nope"},
+		{"DELETE", "/v1/stats", "", http.StatusMethodNotAllowed, "DELETE is not allowed on /v1/stats: use GET, HEAD"},
+		{"GET", "/v1/devices/d1/threshold", "", http.StatusMethodNotAllowed, "GET is not allowed on /v1/devices/d1/threshold: use PUT"},
+		{"PUT", "/v1/devices/d1/threshold", `{"tresh": "90s"}`, http.StatusBadRequest, `unknown field "tresh": body must be {"threshold": "90s"}`},
+		{"PUT", "/v1/devices/d1/threshold", `{"threshold": 90}`, http.StatusBadRequest, `field "threshold" cannot be a JSON number`},
+		{"PUT", "/v1/devices/d1/threshold", `{"threshold": `, http.StatusBadRequest, `the body is not valid JSON`},
+		{"PUT", "/v1/devices/d1/group", `{"grp": "g"}`, http.StatusBadRequest, `unknown field "grp"`},
+	} {
+		req, _ := http.NewRequest(c.method, srv.URL+c.path, strings.NewReader(c.body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct{ Error string }
+		decErr := json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || decErr != nil || !strings.Contains(e.Error, c.want) ||
+			resp.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("%s %s %s: got %d %s %q (%v), want %d application/json naming %q", c.method, c.path, c.body,
+				resp.StatusCode, resp.Header.Get("Content-Type"), e.Error, decErr, c.code, c.want)
 		}
 	}
 }

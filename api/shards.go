@@ -138,7 +138,14 @@ func (a *API) postShardsDouble(w http.ResponseWriter, r *http.Request) {
 	if note != "" {
 		a.o.Log.Info(note)
 	}
-	writeJSON(w, http.StatusOK, t)
+	writeJSON(w, http.StatusOK, Doubling{Topology: t, Note: note})
+}
+
+// Doubling is POST /v1/shards/double's answer: the new topology, and what
+// became of the alarm's repeat timers when that needs saying.
+type Doubling struct {
+	shard.Topology
+	Note string `json:"note,omitempty"`
 }
 
 func (a *API) getShards(w http.ResponseWriter, r *http.Request) {

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -34,13 +33,12 @@ func (a *API) postSignals(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var batch []Signal
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxSignalsBody))
-	if err := dec.Decode(&batch); err != nil {
+	if err := decodeBody(w, r, maxSignalsBody, &batch); err != nil {
 		if errors.As(err, new(*http.MaxBytesError)) {
 			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes; send at most %d signals per request", maxSignalsBody, MaxSignalsPerPost))
 			return
 		}
-		writeError(w, http.StatusBadRequest, `body must be a JSON array of {"device": "id", "type": "t", "group": "g", "ts": unix-ms (optional)}`)
+		writeError(w, http.StatusBadRequest, refusal(err, `body must be a JSON array of {"device": "id", "type": "t", "group": "g", "ts": unix-ms (optional)}`))
 		return
 	}
 	if len(batch) > MaxSignalsPerPost {

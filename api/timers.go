@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -133,14 +132,14 @@ func (a *API) postTimers(w http.ResponseWriter, r *http.Request) {
 // decodeTimers reads a JSON body of at most limit bytes into v, or answers
 // the request with what is wrong.
 func (a *API) decodeTimers(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
-	err := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit)).Decode(v)
+	err := decodeBody(w, r, limit, v)
 	switch {
 	case err == nil:
 		return true
 	case errors.As(err, new(*http.MaxBytesError)):
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes (timers.max_payload is %d); send a larger batch in several requests", limit, a.o.Timers.Limits().MaxPayload))
 	default:
-		writeError(w, http.StatusBadRequest, `body must be JSON: {"after": "30s" | "at": unix-ms, "mode": "extend" | "set", "payload": any JSON} (an array of them, each with "id", for a batch): `+err.Error())
+		writeError(w, http.StatusBadRequest, refusal(err, `body must be JSON: {"after": "30s" | "at": unix-ms, "mode": "extend" | "set", "payload": any JSON} (an array of them, each with "id", for a batch)`))
 	}
 	return false
 }

@@ -37,4 +37,7 @@
 //     in batches, several at once, acknowledged once handled.
 //   - consume.go: a durable consumer of lost and recovered events shared by
 //     the replicas of a role (the alarm workers).
+//   - follow.go: an ordered consumer that follows the stream's events by
+//     kind and device, from now, a time, the last N or a sequence
+//     (GET /v1/events).
 package dispatch

@@ -22,8 +22,8 @@ type InvalidError struct {
 	Msg    string
 }
 
-// Error keeps the "ingest: " prefix these refusals have always carried.
-func (e *InvalidError) Error() string { return "ingest: " + e.Msg }
+// Error is the refusal in plain words: it reaches API callers as it is.
+func (e *InvalidError) Error() string { return e.Msg }
 
 // The refusals of the id rules. They are values so that refusing allocates
 // nothing, and callers test them with errors.Is.

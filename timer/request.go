@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sigwatch/sigwatch/shard"
@@ -95,7 +96,7 @@ func (l Limits) Reset(queue, id string, r Request, now time.Time) (shard.TimerRe
 		return shard.TimerReset{}, err
 	}
 	if err := shard.CheckID(id, l.MaxIDLen); err != nil {
-		return shard.TimerReset{}, fmt.Errorf("%w: id: %w", ErrBadTimer, err)
+		return shard.TimerReset{}, idError(err)
 	}
 	var deadline int64
 	switch {
@@ -201,7 +202,26 @@ func (l Limits) CheckName(queue, id string) error {
 		return err
 	}
 	if err := shard.CheckID(id, l.MaxIDLen); err != nil {
-		return fmt.Errorf("%w: id: %w", ErrBadTimer, err)
+		return idError(err)
 	}
 	return nil
 }
+
+// idError is an id refusal said of a timer ("timer id is empty"); it is
+// still ErrBadTimer and the id rule's error.
+func idError(err error) error {
+	msg := err.Error()
+	var ie *shard.InvalidError
+	if errors.As(err, &ie) {
+		msg = strings.Replace(ie.Msg, "device id", "timer id", 1)
+	}
+	return &timerIDError{msg: msg, err: err}
+}
+
+type timerIDError struct {
+	msg string
+	err error
+}
+
+func (e *timerIDError) Error() string   { return e.msg }
+func (e *timerIDError) Unwrap() []error { return []error{ErrBadTimer, e.err} }

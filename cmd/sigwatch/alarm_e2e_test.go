@@ -250,7 +250,7 @@ func TestAlarmAPIAndCLI(t *testing.T) {
 	if out, err := runCLI(t, addr, "mute", "add", "--type", "meter", "--for", "1h", "--comment", "maintenance"); err != nil {
 		t.Fatalf("mute add: %v\n%s", err, out)
 	}
-	out, err := runCLI(t, addr, "mute", "ls")
+	out, err := runCLI(t, addr, "mute", "ls", "--json")
 	var mutes []alarm.Mute
 	if err != nil || json.Unmarshal([]byte(out), &mutes) != nil || len(mutes) != 1 || mutes[0].Type != "meter" {
 		t.Fatalf("mute ls: %v\n%s", err, out)
@@ -268,7 +268,7 @@ func TestAlarmAPIAndCLI(t *testing.T) {
 		testenv.WaitFor(t, 10*time.Second, id+" repeating", func() bool { return hasAlarm(l, id, alarm.Repeat, "") })
 	}
 
-	out, err = runCLI(t, addr, "device", "ack", "snooze", "--for", "2s")
+	out, err = runCLI(t, addr, "device", "ack", "snooze", "--for", "2s", "--json")
 	var acked alarm.View
 	if err != nil || json.Unmarshal([]byte(out), &acked) != nil || acked.State != "acked" {
 		t.Fatalf("device ack --for: %v\n%s", err, out)
@@ -278,7 +278,7 @@ func TestAlarmAPIAndCLI(t *testing.T) {
 	if out, err := runCLI(t, addr, "device", "ack", "ack"); err != nil {
 		t.Fatalf("device ack: %v\n%s", err, out)
 	}
-	if out, err := runCLI(t, addr, "device", "rm", "rm"); err != nil || !strings.Contains(out, `"alarm_resolved": true`) {
+	if out, err := runCLI(t, addr, "device", "rm", "rm", "--json"); err != nil || !strings.Contains(out, `"alarm_resolved": true`) {
 		t.Fatalf("device rm: %v\n%s", err, out)
 	}
 	testenv.WaitFor(t, 5*time.Second, "resolved acked and removed", func() bool {
@@ -293,7 +293,7 @@ func TestAlarmAPIAndCLI(t *testing.T) {
 			t.Errorf("after the ack until %d: %s, want the next repeat just after", acked.AckedUntil, show([]dispatch.Alarm{a}))
 		}
 	}
-	out, err = runCLI(t, addr, "device", "get", "m1")
+	out, err = runCLI(t, addr, "device", "get", "m1", "--json")
 	if err != nil || !strings.Contains(out, `"state": "raised"`) {
 		t.Errorf("device get of the muted device: %v\n%s, want its alarm raised underneath", err, out)
 	}

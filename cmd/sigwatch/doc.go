@@ -6,6 +6,7 @@
 //	sigwatch shards status|double           show the topology and every shard; double the shards
 //	sigwatch device get|rm|threshold|group|ack ID look at or change one device through the API
 //	sigwatch mute add|ls|rm                 mute alarms of a device or a type for a while
+//	sigwatch events [--lost] [--device ID]  follow the events sigwatch publishes
 //
 // The command only parses, wires and serves; what sigwatch does lives in
 // its packages, the HTTP routes in package api. Where things live here:
@@ -17,10 +18,12 @@
 //   - run.go: App and Start; wire.go: each step of wiring the roles to
 //     Redis, NATS and the broker; group.go runs them as an ordered group
 //     that stops in reverse; metrics.go: the NATS connection gauge.
-//   - admin.go: the commands that talk to a running sigwatch's API, and
-//     their flags; lists.go, storms.go, stats.go, timers.go: the listing,
-//     storm, stats and timer commands; shards.go: sigwatch shards, on Redis
-//     directly.
+//   - apiclient.go: how every CLI verb reaches the API (--api, --token,
+//     --timeout, one-line errors) and shows times; admin.go: the device and
+//     mute commands; lists.go, storms.go, stats.go, timers.go: the listing,
+//     storm, stats and timer commands; shards.go: sigwatch shards, through
+//     the API or, with --config, on Redis directly; events.go: sigwatch
+//     events, which follows GET /v1/events.
 //   - simulate.go: a simulated fleet; demo.go: the demo (build tag demo),
 //     nodemo.go: its stand-in without the tag.
 package main

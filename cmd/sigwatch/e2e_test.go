@@ -431,11 +431,11 @@ func TestBadInputDoesNotHurtGoodDevices(t *testing.T) {
 	}
 }
 
-// cli runs a sigwatch subcommand against env and returns its output.
+// cli runs a sigwatch shards subcommand on env's Redis directly (--config)
+// and returns its output.
 func cli(t *testing.T, env *testenv.Env, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "SIGWATCH_REDIS_ADDRS="+env.Redis.Addr)
+	cmd := exec.Command(binary, append(args, "--config", redisConfig(t, env))...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("sigwatch %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -585,8 +585,7 @@ func TestGracefulStopHandsOverAtOnce(t *testing.T) {
 	a := startProc(t, env, "a", ttl, "SIGWATCH_MQTT_CLIENT_ID=sigwatch-a")
 	b := startProc(t, env, "b", ttl, "SIGWATCH_MQTT_CLIENT_ID=sigwatch-b")
 	owners := func() map[string]int {
-		cmd := exec.Command(binary, "shards", "status", "--json")
-		cmd.Env = append(os.Environ(), "SIGWATCH_REDIS_ADDRS="+env.Redis.Addr)
+		cmd := exec.Command(binary, "shards", "status", "--json", "--config", redisConfig(t, env))
 		out, err := cmd.Output()
 		var v api.Shards
 		if err != nil || json.Unmarshal(out, &v) != nil {
@@ -619,4 +618,15 @@ func TestGracefulStopHandsOverAtOnce(t *testing.T) {
 		return false
 	})
 	t.Logf("handed over %v after SIGTERM (lease time 20s)", time.Since(stopped).Round(time.Millisecond))
+}
+
+// redisConfig is a config file that names env's Redis, for the commands
+// that reach it directly.
+func redisConfig(t *testing.T, env *testenv.Env) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "redis.yaml")
+	if err := os.WriteFile(p, []byte("redis:\n  addrs: ["+env.Redis.Addr+"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

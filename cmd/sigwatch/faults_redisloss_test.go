@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -37,8 +36,7 @@ func redisLoss(t *testing.T, persist bool) {
 	r := startLossRun(t, env, "SIGWATCH_SHARDS_INITIAL=4")
 	for _, want := range []string{"4 -> 8", "8 -> 16"} {
 		testenv.WaitFor(t, 60*time.Second, "doubling "+want, func() bool {
-			cmd := exec.Command(binary, "shards", "double")
-			cmd.Env = append(os.Environ(), "SIGWATCH_REDIS_ADDRS="+env.Redis.Addr)
+			cmd := exec.Command(binary, "shards", "double", "--config", redisConfig(t, env))
 			out, _ := cmd.CombinedOutput() // refused while the previous doubling drains
 			return strings.Contains(string(out), want)
 		})

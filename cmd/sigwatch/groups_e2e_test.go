@@ -17,7 +17,7 @@ import (
 // deviceGroup reads the group GET /v1/devices/{id} shows through the CLI.
 func deviceGroup(t *testing.T, addr, id string) (string, error) {
 	t.Helper()
-	out, err := runCLI(t, addr, "device", "get", id)
+	out, err := runCLI(t, addr, "device", "get", id, "--json")
 	if err != nil {
 		return "", fmt.Errorf("device get %s: %v\n%s", id, err, out)
 	}
@@ -66,7 +66,7 @@ func TestDeviceGroupsEndToEnd(t *testing.T) {
 		return true
 	})
 
-	out, err := runCLI(t, addr, "device", "group", "b1", "site-9")
+	out, err := runCLI(t, addr, "device", "group", "b1", "site-9", "--json")
 	if err != nil || !strings.Contains(out, `"group": "site-9"`) || !strings.Contains(out, `"device": "b1"`) {
 		t.Fatalf("device group b1 site-9: %v\n%s; want the device view with its new group", err, out)
 	}

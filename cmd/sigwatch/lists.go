@@ -21,15 +21,16 @@ import (
 
 // listFlags are the flags of `device ls` and `alarm ls`.
 type listFlags struct {
-	api, token, state, typ, cursor *string
-	limit                          *int
-	all, json                      *bool
+	c                  *apiClient
+	state, typ, cursor *string
+	limit              *int
+	all, json          *bool
 }
 
 func newListFlags(name, states string) (*flag.FlagSet, listFlags) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	var f listFlags
-	f.api, f.token = apiFlags(fs)
+	f.c = apiFlags(fs)
 	f.state = fs.String("state", "", "list only this state: "+states)
 	f.typ = fs.String("type", "", "list only (the alarms of) devices of this type")
 	f.limit = fs.Int("limit", 100, "rows per page (at most 1000)")
@@ -51,7 +52,7 @@ func (f listFlags) pages(ctx context.Context, path string, add func(body []byte)
 			}
 		}
 		q.Set("limit", strconv.Itoa(*f.limit))
-		body, err := getAPI(ctx, *f.api+path+"?"+q.Encode(), *f.token)
+		body, err := f.c.do(ctx, http.MethodGet, path+"?"+q.Encode(), nil)
 		if err != nil {
 			return "", err
 		}
@@ -64,36 +65,6 @@ func (f listFlags) pages(ctx context.Context, path string, add func(body []byte)
 		}
 		cursor = next
 	}
-}
-
-// getAPI is a GET of u through the API, its body when it succeeds.
-func getAPI(ctx context.Context, u, token string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%w (is sigwatch running with the api role? set --api)", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode >= 300 {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return nil, fmt.Errorf("%s: %s", resp.Status, e.Error)
-		}
-		return nil, fmt.Errorf("%s: %s", resp.Status, b)
-	}
-	return b, nil
 }
 
 // cmdDeviceList is `sigwatch device ls`.
@@ -170,7 +141,9 @@ func cmdAlarm(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DEVICE\tTYPE\tSTATE\tSINCE\tREPEATS\tNEXT REPEAT\tACKED UNTIL\tMUTE")
+	held := false
 	for _, l := range all.Alarms {
+		held = held || l.State == alarm.ListHeld
 		who := l.Device
 		switch l.Scope {
 		case dispatch.ScopeFleet:
@@ -184,14 +157,17 @@ func cmdAlarm(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if held {
+		fmt.Fprintf(stdout, "\nheld: %s\n", heldLegend)
+	}
 	return printNext(stdout, next)
 }
 
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
+// heldLegend says what a held alarm is (alarm.Held): the device is lost,
+// but its raise is not sent yet.
+const heldLegend = "the device is lost, but its alarm is not raised yet: the raise waits out storm.hold " +
+	"(by default the device's threshold, at most 1m) in case a storm of its group or of the fleet " +
+	"speaks for it, and stays held while such a storm lasts"
 
 // printNext tells how to get the next page, if there is one.
 func printNext(w io.Writer, next string) error {
@@ -200,19 +176,4 @@ func printNext(w io.Writer, next string) error {
 	}
 	_, err := fmt.Fprintf(w, "\nmore: --cursor %s (or --all)\n", next)
 	return err
-}
-
-// msTime shows a unix ms time in UTC, "-" for none.
-func msTime(ms int64) string {
-	if ms <= 0 {
-		return "-"
-	}
-	return time.UnixMilli(ms).UTC().Format(time.RFC3339)
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

@@ -21,16 +21,22 @@ commands:
   run        run the service: sigwatch run --config sigwatch.yaml
   demo       run on embedded Redis, MQTT and NATS with a simulated fleet (make demo)
   simulate   publish a simulated fleet's signals to an MQTT broker
-  shards     status|double: topology, drain progress, sizes, owners; start a doubling
-  device     get|rm|threshold|group|ack <id>: one device; ls [--state lost]: pages of devices (HTTP API)
-  alarm      ls [--state active|acked|muted|flapping|held]: the open alarms, through the HTTP API
+  events     follow what sigwatch publishes: [--lost] [--alarms] [--storms] [--device ID] [--since 10m | --last N]
+  device     get|rm|threshold|group|ack <id>: one device; ls [--state lost|watched]: pages of devices
+  alarm      ls [--state active|acked|muted|flapping|held]: the open alarms
   mute       add|ls|rm: mute the alarms of a device or a type for a while
-  storm      ls | ack <group>|--fleet: group and fleet storms and their alarms, through the HTTP API
-  timer      get|set|rm <queue> <id>: one generic timer, through the HTTP API
-  stats      fleet counters, rates, fire lag, watermark, shards, through the HTTP API
+  storm      ls | ack <group>|--fleet: group and fleet storms and their alarms
+  timer      get|set|rm <queue> <id>: one generic timer
+  stats      fleet counters, rates, fire lag, watermark, shards
+  shards     status|double: topology, drain progress, sizes, owners; start a doubling
   config     check --config F: load and validate a config file with the SIGWATCH_* environment
   healthcheck [URL]: exit 0 when URL (default http://127.0.0.1:8080/readyz) answers 200
   version    print the version
+
+events, device, alarm, mute, storm, timer, stats and shards talk to a running
+sigwatch's HTTP API: --api URL (env SIGWATCH_API, default http://127.0.0.1:8080),
+--token (env SIGWATCH_HTTP_TOKEN), --timeout (env SIGWATCH_TIMEOUT, default 10s);
+they print tables with local times, or the API's JSON with --json.
 
 Every config key can be overridden by an environment variable,
 e.g. SIGWATCH_REDIS_ADDRS, SIGWATCH_NATS_URL, SIGWATCH_MQTT_BROKERS.
@@ -60,6 +66,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		} else {
 			err = cmdShards(ctx, args[1:], stdout)
 		}
+	case "events":
+		err = cmdEvents(ctx, args[1:], stdout, stderr)
 	case "device":
 		err = cmdDevice(ctx, args[1:], stdout)
 	case "mute":

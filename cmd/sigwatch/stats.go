@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -17,7 +16,7 @@ import (
 // sigwatch stats [--api URL] [--json].
 func cmdStats(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
-	base, token := apiFlags(fs)
+	c := apiFlags(fs)
 	asJSON := fs.Bool("json", false, "print the JSON of GET /v1/stats")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -25,20 +24,8 @@ func cmdStats(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("usage: sigwatch stats [--api URL] [--json]")
 	}
-	var out strings.Builder
-	if err := callAPI(ctx, http.MethodGet, *base+"/v1/stats", *token, nil, &out); err != nil {
-		return err
-	}
-	if *asJSON {
-		_, err := io.WriteString(stdout, out.String())
-		return err
-	}
 	var v api.Stats
-	if err := json.Unmarshal([]byte(out.String()), &v); err != nil {
-		return fmt.Errorf("stats: %w", err)
-	}
-	printStats(stdout, v)
-	return nil
+	return c.show(ctx, http.MethodGet, "/v1/stats", nil, &v, *asJSON, stdout, func() { printStats(stdout, v) })
 }
 
 // printStats writes the human form of v.
@@ -62,20 +49,20 @@ func printStats(w io.Writer, v api.Stats) {
 	case wm.At == 0:
 		fmt.Fprintln(w, "watermark: none (ingest never ran)")
 	case wm.Outage:
-		fmt.Fprintf(w, "watermark: %dms old: OUTAGE in progress (nothing is declared lost for silence inside it)\n", wm.AgeMS)
+		fmt.Fprintf(w, "watermark: %s old: OUTAGE in progress (nothing is declared lost for silence inside it)\n", msAgo(wm.AgeMS))
 	default:
-		fmt.Fprintf(w, "watermark: %dms old\n", wm.AgeMS)
+		fmt.Fprintf(w, "watermark: %s old\n", msAgo(wm.AgeMS))
 	}
 	if len(wm.BrokerDown) > 0 {
 		fmt.Fprintf(w, "MQTT broker connection lost: %s\n", strings.Join(wm.BrokerDown, ", "))
 	}
 	if wm.GraceUntil > 0 {
-		fmt.Fprintf(w, "reconnect grace after a broker restart until %s\n", time.UnixMilli(wm.GraceUntil).UTC().Format(time.RFC3339))
+		fmt.Fprintf(w, "reconnect grace after a broker restart until %s\n", msTime(wm.GraceUntil))
 	}
 	if len(wm.Outages) > 0 {
 		fmt.Fprintf(w, "outages: %d recorded, the latest:", wm.OutagesTotal)
 		for _, o := range wm.Outages {
-			fmt.Fprintf(w, " %s (%s", time.UnixMilli(o.Start).UTC().Format(time.RFC3339), time.Duration(o.End-o.Start)*time.Millisecond)
+			fmt.Fprintf(w, " %s (%s", msTime(o.Start), time.Duration(o.End-o.Start)*time.Millisecond)
 			if o.GraceFrom > 0 {
 				fmt.Fprintf(w, ", %s of it reconnect grace", time.Duration(o.End-o.GraceFrom)*time.Millisecond)
 			}
@@ -89,6 +76,6 @@ func printStats(w io.Writer, v api.Stats) {
 			d.From, d.To, d.MovedLeft, d.ShardsDrained, d.From, d.ShardsUnchecked)
 	}
 	for _, p := range v.Processes {
-		fmt.Fprintf(w, "process %s: %s, reported %dms ago\n", p.Name, strings.Join(p.Roles, ","), p.AgeMS)
+		fmt.Fprintf(w, "process %s: %s, reported %s ago\n", p.Name, strings.Join(p.Roles, ","), msAgo(p.AgeMS))
 	}
 }

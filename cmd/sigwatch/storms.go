@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"net/url"
 	"text/tabwriter"
 
+	"github.com/sigwatch/sigwatch/alarm"
 	"github.com/sigwatch/sigwatch/api"
 )
 
@@ -18,8 +18,8 @@ import (
 func cmdStorm(ctx context.Context, args []string, stdout io.Writer) error {
 	const use = "usage: sigwatch storm [--api URL] ls [--json] | ack <group>|--fleet [--for 30m | --until T]"
 	fs := flag.NewFlagSet("storm", flag.ContinueOnError)
-	base, token := apiFlags(fs)
-	asJSON := fs.Bool("json", false, "ls: print the API's JSON")
+	c := apiFlags(fs)
+	asJSON := fs.Bool("json", false, "print the API's JSON")
 	fleet := fs.Bool("fleet", false, "ack: the fleet's storm alarm")
 	ackFor := fs.String("for", "", "ack: pause the alarm's repeats for this long (e.g. 30m) instead of resolving it")
 	ackUntil := fs.String("until", "", "ack: pause the alarm's repeats until this time (RFC 3339 or unix ms)")
@@ -32,37 +32,26 @@ func cmdStorm(ctx context.Context, args []string, stdout io.Writer) error {
 		if len(pos) > 0 {
 			return errors.New(use)
 		}
-		return stormLs(ctx, *base, *token, *asJSON, stdout)
+		return stormLs(ctx, c, *asJSON, stdout)
 	case "ack":
-		path := "/v1/fleet/ack"
+		path, who := "/v1/fleet/ack", "the fleet's storm"
 		switch {
 		case *fleet && len(pos) == 0:
 		case !*fleet && len(pos) == 1:
-			path = "/v1/groups/" + url.PathEscape(pos[0]) + "/ack"
+			path, who = "/v1/groups/"+url.PathEscape(pos[0])+"/ack", "group "+pos[0]+"'s storm"
 		default:
 			return errors.New(use)
 		}
-		b := map[string]string{}
-		if *ackFor != "" {
-			b["for"] = *ackFor
-		}
-		if *ackUntil != "" {
-			b["until"] = *ackUntil
-		}
-		body, _ := json.Marshal(b)
-		return callAPI(ctx, http.MethodPost, *base+path, *token, body, stdout)
+		var v alarm.View
+		return c.show(ctx, http.MethodPost, path, ackBody(*ackFor, *ackUntil), &v, *asJSON, stdout, func() { printAck(stdout, who, v) })
 	}
 	return errors.New(use)
 }
 
-func stormLs(ctx context.Context, base, token string, asJSON bool, stdout io.Writer) error {
-	body, err := getAPI(ctx, base+"/v1/storms", token)
-	if err != nil {
-		return err
-	}
+func stormLs(ctx context.Context, c *apiClient, asJSON bool, stdout io.Writer) error {
 	var l api.StormList
-	if err := json.Unmarshal(body, &l); err != nil {
-		return fmt.Errorf("reading the storm list: %w", err)
+	if err := c.getJSON(ctx, "/v1/storms", &l); err != nil {
+		return err
 	}
 	if asJSON {
 		return printJSON(stdout, l)

@@ -139,16 +139,16 @@ func TestTimersAPIEndToEnd(t *testing.T) {
 	cli := func(args ...string) (string, error) {
 		return runCLI(t, addr, append(append([]string{"timer"}, args...), "--token", token)...)
 	}
-	if out, err := cli("set", "jobs", "a b/c", "--after", "1h", "--payload", `{"k":[1]}`); err != nil || !strings.Contains(out, `"id": "a b/c"`) {
+	if out, err := cli("set", "jobs", "a b/c", "--after", "1h", "--payload", `{"k":[1]}`, "--json"); err != nil || !strings.Contains(out, `"id": "a b/c"`) {
 		t.Fatalf("timer set: %v\n%s", err, out)
 	}
-	if out, err := cli("get", "jobs", "a b/c"); err != nil || !strings.Contains(out, `"k"`) {
+	if out, err := cli("get", "jobs", "a b/c", "--json"); err != nil || !strings.Contains(out, `"k"`) {
 		t.Fatalf("timer get: %v\n%s", err, out)
 	}
 	if out, err := cli("rm", "jobs", "a b/c"); err != nil || !strings.Contains(out, "cancelled") {
 		t.Fatalf("timer rm: %v\n%s", err, out)
 	}
-	if out, err := cli("get", "jobs", "a b/c"); err == nil || !strings.Contains(out, "404") {
+	if out, err := cli("get", "jobs", "a b/c"); err == nil || !strings.Contains(out, "no timer") {
 		t.Fatalf("timer get after rm: %v\n%s", err, out)
 	}
 	if code, body = apiCall(t, "POST", addr, "/v1/timers/orders", token, []timerBody{{ID: "c", After: "1h"}, {ID: "", After: "1h"}}); code != 400 || !strings.Contains(body, "timer 1") {
