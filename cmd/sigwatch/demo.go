@@ -186,15 +186,6 @@ Run it for real:                  sigwatch run --config sigwatch.yaml (see READM
 	return nil
 }
 
-func portOf(u string) string {
-	for i := len(u) - 1; i >= 0; i-- {
-		if u[i] == ':' {
-			return u[i+1:]
-		}
-	}
-	return u
-}
-
 // watch tallies the events the demo receives.
 type watch struct {
 	out       io.Writer

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/sigwatch/sigwatch/internal/testenv"
+)
+
+// output collects a child's stdout and stderr while it runs.
+type output struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
+}
+
+// match waits for re in the output and returns its first group.
+func (o *output) match(t *testing.T, timeout time.Duration, re *regexp.Regexp) string {
+	t.Helper()
+	var got string
+	testenv.WaitFor(t, timeout, "output matching "+re.String(), func() bool {
+		if m := re.FindStringSubmatch(o.String()); m != nil {
+			got = m[1]
+			return true
+		}
+		return false
+	})
+	return got
+}
+
+// startInteractive runs the sigwatch binary with args from the repository's
+// root, as `make` does, and returns its output and a func that sends SIGINT
+// (Ctrl-C) and returns the exit code.
+func startInteractive(t *testing.T, env []string, args ...string) (*output, func() int) {
+	t.Helper()
+	out := &output{}
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+		if t.Failed() {
+			t.Logf("--- sigwatch %s output ---\n%s", args[0], tail(out.String(), 6000))
+		}
+	})
+	interrupt := func() int {
+		t.Helper()
+		if err := cmd.Process.Signal(os.Interrupt); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("sigwatch %s still running 20s after Ctrl-C", args[0])
+		}
+		return cmd.ProcessState.ExitCode()
+	}
+	return out, interrupt
+}
+
+// TestDevReportsAPublishedDeviceLost runs `sigwatch dev` (make run) on free
+// ports with a 1s threshold from the environment: it says where the
+// broker, the API, NATS, the config (deploy/sigwatch.yaml, by its real
+// path) and the logs are, and again after --remind; a device published as
+// mosquitto_pub would, on the README's devices/<id>/signal, is reported
+// lost; Ctrl-C stops everything with exit code 0.
+func TestDevReportsAPublishedDeviceLost(t *testing.T) {
+	dir := t.TempDir()
+	out, interrupt := startInteractive(t, []string{"SIGWATCH_THRESHOLDS_DEFAULT=1s"},
+		"dev", "--ports", "free", "--dir", dir, "--remind", "2s")
+	broker := out.match(t, 60*time.Second, regexp.MustCompile(`\(broker (tcp://127\.0\.0\.1:\d+), topic devices/<id>/signal\)`))
+	status := out.match(t, time.Second, regexp.MustCompile(`status +(http://127\.0\.0\.1:\d+/) `))
+	cfg, err := filepath.Abs(filepath.Join("..", "..", "deploy", "sigwatch.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	for _, want := range []string{
+		"mosquitto_pub -p ", "-t devices/pump-1/signal -m hi", "bin/sigwatch events", "nats sub -s nats://127.0.0.1:",
+		"config   " + cfg + " ", "silence threshold 1s", "logs     " + dir + " ",
+		"export SIGWATCH_API=" + strings.TrimSuffix(status, "/"), "export SIGWATCH_NATS_URL=nats://127.0.0.1:",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("sigwatch dev's output lacks %q", want)
+		}
+	}
+	resp, err := http.Get(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET %s: %s", status, resp.Status)
+	}
+
+	c := testenv.MQTT(t, mqtt.NewClientOptions().AddBroker(broker).SetClientID("dev-test-device"))
+	if tok := c.Publish("devices/pump-7/signal", 1, false, "hi"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	out.match(t, 15*time.Second, regexp.MustCompile(`(lost +pump-7) `))
+	testenv.WaitFor(t, 10*time.Second, "where everything is, printed again", func() bool {
+		return strings.Count(out.String(), "  publish  ") >= 2
+	})
+	if code := interrupt(); code != 0 {
+		t.Errorf("sigwatch dev exited %d on Ctrl-C, want 0", code)
+	}
+	if !strings.Contains(out.String(), fmt.Sprintf("kept in %s", dir)) {
+		t.Errorf("sigwatch dev did not say where its logs are kept")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sigwatch.log")); err != nil {
+		t.Errorf("the service's log: %v", err)
+	}
+}
