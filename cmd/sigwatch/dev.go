@@ -177,6 +177,7 @@ type devWhere struct {
 	api     string // http://host:port
 	cfgPath string
 	dir     string
+	demo    bool // the demo's: it runs on settings of its own
 }
 
 func (w devWhere) print(out io.Writer, full bool) {
@@ -205,7 +206,11 @@ func (w devWhere) print(out io.Writer, full bool) {
 			natsURL, w.cfg.NATS.Prefix, w.cfg.NATS.Prefix, w.cfg.NATS.Prefix, w.cfg.NATS.Stream)
 		fmt.Fprintf(out, "  redis    %s\n", w.srv.redis.Addr)
 	}
-	fmt.Fprintf(out, "  config   %s (with SIGWATCH_* variables; server addresses replaced); silence threshold %v\n", cfgName, w.cfg.Thresholds.Default)
+	if w.demo {
+		fmt.Fprintf(out, "  config   %s is what make run uses; the demo has settings of its own (silence threshold %v)\n", cfgName, w.cfg.Thresholds.Default)
+	} else {
+		fmt.Fprintf(out, "  config   %s (with SIGWATCH_* variables; server addresses replaced); silence threshold %v\n", cfgName, w.cfg.Thresholds.Default)
+	}
 	fmt.Fprintf(out, "  logs     %s   (sigwatch.log; redis/, nats/, mosquitto/; kept when it stops)\n", w.dir)
 	var exports []string
 	if portOf(w.api) != fmt.Sprint(stdHTTPPort) {
