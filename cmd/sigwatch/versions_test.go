@@ -17,24 +17,34 @@ import (
 	"github.com/sigwatch/sigwatch/internal/testenv"
 )
 
-// oldNATSServer is the nats-server older than 2.10 that `make test-deps`
-// installs (Debian's package); the test skips where there is none.
+// oldNATSServer is a nats-server older than 2.10: Debian's package, which
+// `make test-deps` installs (/usr/sbin or /usr/bin), or one on PATH. The
+// test skips where there is none.
 func oldNATSServer(t *testing.T) (bin, version string) {
 	t.Helper()
-	bin, err := servers.LookPath("nats-server")
-	if err != nil {
-		t.Skip("no nats-server binary older than 2.10 (make test-deps installs Debian's 2.9): ", err)
+	var seen []string
+	for _, cand := range []string{"/usr/sbin/nats-server", "/usr/bin/nats-server", "nats-server"} {
+		p, err := exec.LookPath(cand)
+		if err != nil {
+			continue
+		}
+		out, err := exec.Command(p, "--version").CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s --version: %v\n%s", p, err, out)
+		}
+		// "nats-server: v2.9.10"
+		f := strings.Fields(string(out))
+		if len(f) == 0 {
+			continue
+		}
+		v := strings.TrimPrefix(f[len(f)-1], "v")
+		if newer, ok := minversion.AtLeast(v, "2.10"); ok && !newer {
+			return p, v
+		}
+		seen = append(seen, p+" "+v)
 	}
-	out, err := exec.Command(bin, "--version").CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s --version: %v\n%s", bin, err, out)
-	}
-	// "nats-server: v2.9.10"
-	version = strings.TrimPrefix(strings.TrimSpace(string(out[strings.LastIndex(string(out), " ")+1:])), "v")
-	if newer, ok := minversion.AtLeast(version, "2.10"); !ok || newer {
-		t.Skipf("%s is nats-server %s, not one older than 2.10 (make test-deps installs Debian's 2.9)", bin, version)
-	}
-	return bin, version
+	t.Skipf("no nats-server older than 2.10 (found: %v); make test-deps installs Debian's 2.9", seen)
+	return "", ""
 }
 
 // TestRunRefusesOldNATSServer starts a real nats-server older than 2.10
