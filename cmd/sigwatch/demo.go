@@ -47,13 +47,14 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	broker := fs.String("broker", "auto", "MQTT broker to start: mosquitto, nats, or auto (mosquitto if installed)")
 	ports := fs.String("ports", "standard", "standard: MQTT 1883, NATS 4222, Redis 6379 and the API 8080 where free; free: free ports only")
 	remind := fs.Duration("remind", 30*time.Second, "print where everything is again this often (0: only at start)")
+	dirFlag := fs.String("dir", "", "directory for the servers' data and the logs (default: a new one under the system's temp directory; kept when the demo stops)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *ports != "standard" && *ports != "free" {
 		return fmt.Errorf("demo: --ports %q: use standard or free", *ports)
 	}
-	dir, err := os.MkdirTemp("", "sigwatch-demo-")
+	dir, err := workDir(*dirFlag, "sigwatch-demo-")
 	if err != nil {
 		return err
 	}

@@ -55,14 +55,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	if *dir == "" {
-		if *dir, err = os.MkdirTemp("", "sigwatch-dev-"); err != nil {
-			return err
-		}
-	} else if err := os.MkdirAll(*dir, 0o755); err != nil {
-		return err
-	}
-	if *dir, err = filepath.Abs(*dir); err != nil {
+	if *dir, err = workDir(*dir, "sigwatch-dev-"); err != nil {
 		return err
 	}
 	standard := *ports == "standard"

@@ -153,7 +153,7 @@ func TestDevReportsAPublishedDeviceLost(t *testing.T) {
 // reported lost; a dark gateway's storm ends with the count it reached,
 // never fewer than it started with; Ctrl-C exits 0 and names the log dir.
 func TestDemoShowsLostDevices(t *testing.T) {
-	out, interrupt := startInteractive(t, nil, "demo", "--ports", "free", "--devices", "500", "--threshold", "1s",
+	out, interrupt := startInteractive(t, nil, "demo", "--ports", "free", "--dir", t.TempDir(), "--devices", "500", "--threshold", "1s",
 		"--gateway-every", "3s", "--remind", "3s")
 	broker := out.match(t, 60*time.Second, regexp.MustCompile(`\(broker (tcp://127\.0\.0\.1:\d+), topic devices/<id>/signal\)`))
 	status := out.match(t, time.Second, regexp.MustCompile(`status +(http://127\.0\.0\.1:\d+)/ `))

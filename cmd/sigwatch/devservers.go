@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -133,4 +134,16 @@ func waitSubscribed(ctx context.Context, app *App) error {
 		}
 	}
 	return nil
+}
+
+// workDir is dir, created if needed, or a new directory named after
+// pattern under the system's temp directory; absolute either way.
+func workDir(dir, pattern string) (string, error) {
+	if dir == "" {
+		return os.MkdirTemp("", pattern)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	return filepath.Abs(dir)
 }
