@@ -4,19 +4,23 @@ export PATH := /usr/local/go/bin:$(PATH)
 
 GO ?= go
 
-.PHONY: deps test-deps build vet lint test demo fuzz bench
+.PHONY: deps test-deps build vet lint test demo run fuzz bench
 
-# deps installs the servers the tests, the demo and the benchmarks start: redis-server,
+# deps installs the servers the tests, the demo, `make run` and the benchmarks start: redis-server,
 # redis-cli, redis-sentinel and mosquitto (nats-server is embedded); test-deps also chromium,
-# the headless browser the status page test drives.
+# the headless browser the status page test drives, and Debian's old nats-server, which a test
+# sees `sigwatch run` refuse.
 deps:
 	@bash deploy/local/install.sh
 
 test-deps:
 	@bash deploy/local/install.sh --browser
 
+# bin/sigwatch is the developer's binary: built with the demo tag, it has `sigwatch demo` and
+# `sigwatch dev` (which embed nats-server) besides the service and the CLI. The Dockerfile builds
+# the service binary without them.
 build:
-	$(GO) build -o bin/sigwatch ./cmd/sigwatch
+	$(GO) build -tags demo -o bin/sigwatch ./cmd/sigwatch
 
 # The demo is built only with the demo tag (it embeds nats-server), and bench/ is its own module
 # (its load generators and baselines need asynq, pgx and go-redis, the service does not), as is
@@ -58,10 +62,16 @@ test: test-deps lint
 	cd deploy/check && $(GO) test -count=1 -timeout 10m ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
-# demo starts Redis, Mosquitto and NATS on random local ports and runs sigwatch against them.
-# The service binary (make build) has no demo.
-demo: deps
-	$(GO) run -tags demo ./cmd/sigwatch demo
+# demo starts Redis, Mosquitto and NATS on random local ports and runs sigwatch against them with
+# a simulated fleet.
+demo: deps build
+	@bin/sigwatch demo
+
+# run starts Redis, Mosquitto and NATS with JetStream (on 6379, 1883 and 4222 where free) and runs
+# the real service on them with deploy/sigwatch.yaml's settings and any SIGWATCH_* variables, the
+# API on 8080: publish to devices/<id>/signal and watch with bin/sigwatch events. Ctrl-C stops all.
+run: deps build
+	@bin/sigwatch dev
 
 # fuzz runs every fuzz target for FUZZTIME (default 10s; make fuzz FUZZTIME=5m).
 fuzz:

@@ -135,6 +135,14 @@ func Dial(ctx context.Context, c Config, log *slog.Logger) (*Bus, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Before anything is created on it: an old server takes the stream
+	// and fails only at the first consumer.
+	if c.Mode != Core {
+		if err := checkServerVersion(nc.ConnectedUrlRedacted(), nc.ConnectedServerVersion()); err != nil {
+			nc.Close()
+			return nil, err
+		}
+	}
 	opts := c.Options
 	opts.Log = log
 	p, err := New(ctx, nc, opts)

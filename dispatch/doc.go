@@ -35,6 +35,8 @@
 //     in batches.
 //   - batches.go: the consumer of timer resets (ConsumeTimerResets): pulled
 //     in batches, several at once, acknowledged once handled.
+//   - version.go: the oldest nats-server the JetStream mode works with,
+//     checked by Dial.
 //   - consume.go: a durable consumer of lost and recovered events shared by
 //     the replicas of a role (the alarm workers).
 //   - follow.go: an ordered consumer that follows the stream's events by

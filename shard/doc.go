@@ -51,6 +51,7 @@
 //	writer.go      Writer: placing under a lagging topology, epoch reports
 //	ids.go         the id rules and the reserved $sigwatch- space
 //	time.go        Redis server time, the one clock
+//	version.go     the oldest Redis sigwatch works with, checked at start
 //	generation.go  the generation record, vetted shards, ErrDataLoss, the
 //	               restore and checkpoint locks
 //	restore.go     the writes of a restore after Redis lost data

@@ -80,3 +80,9 @@ func (s *Store) UpsertAt(ctx context.Context, f Family, epoch int64, byShard map
 func (s *Store) Head(ctx context.Context, f Family, i int) (Entry, bool, error) {
 	return s.head(ctx, f, i)
 }
+
+// CheckRedisVersion and InfoField are the version check's rule and reader.
+var (
+	CheckRedisVersion = checkRedisVersion
+	InfoField         = infoField
+)

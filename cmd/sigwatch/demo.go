@@ -27,13 +27,16 @@ import (
 	"github.com/sigwatch/sigwatch/alarm"
 	"github.com/sigwatch/sigwatch/api"
 	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/ingest"
 	"github.com/sigwatch/sigwatch/internal/fleet"
-	"github.com/sigwatch/sigwatch/internal/servers"
 )
 
 // cmdDemo runs the whole pipeline on servers it starts itself (Redis,
-// Mosquitto or the NATS MQTT listener, embedded NATS) on free loopback
-// ports, with a simulated fleet in which some devices go silent.
+// Mosquitto or the NATS MQTT listener, embedded NATS), on the standard
+// ports where free, with a simulated fleet in which some devices go
+// silent. The fleet publishes on the README's topic, devices/<id>/signal,
+// its types and gateways declared once through ingest, so a device of the
+// user's own published there is watched too.
 func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -42,58 +45,34 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	duration := fs.Duration("duration", 0, "stop after this long (0: until Ctrl-C)")
 	gatewayEvery := fs.Duration("gateway-every", 20*time.Second, "a whole gateway (a group of 50 devices) goes dark this often (0: never)")
 	broker := fs.String("broker", "auto", "MQTT broker to start: mosquitto, nats, or auto (mosquitto if installed)")
+	ports := fs.String("ports", "standard", "standard: MQTT 1883, NATS 4222, Redis 6379 and the API 8080 where free; free: free ports only")
+	remind := fs.Duration("remind", 30*time.Second, "print where everything is again this often (0: only at start)")
+	dirFlag := fs.String("dir", "", "directory for the servers' data and the logs (default: a new one under the system's temp directory; kept when the demo stops)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "sigwatch-demo-")
+	if *ports != "standard" && *ports != "free" {
+		return fmt.Errorf("demo: --ports %q: use standard or free", *ports)
+	}
+	dir, err := workDir(*dirFlag, "sigwatch-demo-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-
-	fmt.Fprintln(stdout, "sigwatch demo: starting Redis, NATS and an MQTT broker on free loopback ports ...")
-	rd, err := servers.StartRedis(filepath.Join(dir, "redis"), servers.RedisOptions{})
+	fmt.Fprintln(stdout, "sigwatch demo: starting Redis, NATS and an MQTT broker ...")
+	srv, err := startLocalServers(dir, *broker, *ports == "standard")
 	if err != nil {
-		return fmt.Errorf("demo: %w", err)
+		return fmt.Errorf("demo: %w (logs in %s)", err, dir)
 	}
-	defer rd.Stop()
-	useMosquitto := *broker == "mosquitto"
-	if *broker == "auto" {
-		_, err := servers.LookPath("mosquitto")
-		useMosquitto = err == nil
-	}
-	ns, err := servers.StartNATS(filepath.Join(dir, "nats"), servers.NATSOptions{JetStream: true, MQTT: !useMosquitto})
-	if err != nil {
-		return fmt.Errorf("demo: %w", err)
-	}
-	defer ns.Shutdown()
-	brokerURL, brokerName := ns.MQTTURL, "nats-server MQTT listener"
-	if useMosquitto {
-		mq, err := servers.StartMosquitto(filepath.Join(dir, "mosquitto"), servers.MosquittoOptions{})
-		if err != nil {
-			return fmt.Errorf("demo: %w", err)
-		}
-		defer mq.Stop()
-		brokerURL, brokerName = mq.URL, "mosquitto"
-	}
-	httpPort, err := servers.FreePort()
-	if err != nil {
-		return err
-	}
+	defer srv.stop()
 
 	cfg := DefaultConfig()
-	cfg.Redis.Addrs = []string{rd.Addr}
-	cfg.NATS.URL = ns.URL
-	cfg.MQTT.Brokers = []string{brokerURL}
+	devAddresses(&cfg, srv, *ports == "standard")
 	cfg.MQTT.ClientID = "sigwatch-demo"
-	// devices/<gateway>/<id>/signal: the gateway is the device's group.
-	cfg.MQTT.Topics, cfg.MQTT.GroupLevel, cfg.MQTT.IDLevel = []string{"devices/+/+/signal"}, 1, 2
 	// A gateway's devices signal every second, so their losses come within
 	// about a second of each other: a 2s hold lets the storm take them in.
 	cfg.Storm.Hold = 2 * time.Second
 	cfg.Thresholds.Default = *threshold
 	cfg.Alarm.Interval = *threshold // silent devices get a few repeats before they come back
-	cfg.HTTP.Addr = fmt.Sprintf("127.0.0.1:%d", httpPort)
 	logFile, err := os.Create(filepath.Join(dir, "sigwatch.log"))
 	if err != nil {
 		return err
@@ -101,25 +80,31 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer logFile.Close()
 	app, err := Start(ctx, cfg, slog.New(slog.NewTextHandler(logFile, nil)))
 	if err != nil {
-		return err
+		return fmt.Errorf("demo: %w (log: %s)", err, logFile.Name())
 	}
 	defer app.Stop()
+	if err := waitSubscribed(ctx, app); err != nil {
+		return fmt.Errorf("demo: %w (log: %s)", err, logFile.Name())
+	}
 
-	nc, err := nats.Connect(ns.URL)
+	fl := fleet.New(fleet.Options{
+		Broker: srv.brokerURL, Devices: *devices, Interval: time.Second, Types: []string{"meter", "tracker"},
+		Topic: "devices/{id}/signal", SilenceEvery: 700 * time.Millisecond, SilenceCount: max(1, *devices/1000),
+		SilenceFor: 2 * *threshold, GroupSize: 50, GroupDarkEvery: *gatewayEvery, Seed: uint64(time.Now().UnixNano()),
+	})
+	if err := declareFleet(ctx, app, fl, *devices); err != nil {
+		return fmt.Errorf("demo: %w (log: %s)", err, logFile.Name())
+	}
+
+	nc, err := nats.Connect(srv.nats.URL)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	w := watch{out: stdout}
+	w := newWatch(stdout, "dev-")
 	if _, err := nc.Subscribe("sigwatch.>", w.onEvent); err != nil {
 		return err
 	}
-
-	fl := fleet.New(fleet.Options{
-		Broker: brokerURL, Devices: *devices, Interval: time.Second, Types: []string{"meter", "tracker"},
-		Topic: "devices/{group}/{id}/signal", SilenceEvery: 700 * time.Millisecond, SilenceCount: max(1, *devices/1000),
-		SilenceFor: 2 * *threshold, GroupSize: 50, GroupDarkEvery: *gatewayEvery, Seed: uint64(time.Now().UnixNano()),
-	})
 	flCtx, stopFleet := context.WithCancel(ctx)
 	defer stopFleet()
 	go func() {
@@ -128,29 +113,32 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}()
 
+	cfgPath, _ := devConfigPath("")
+	where := devWhere{cfg: cfg, srv: srv, api: "http://" + app.HTTPAddr(), cfgPath: cfgPath, dir: dir, demo: true}
 	fmt.Fprintf(stdout, `
-  redis   %s
-  mqtt    %s (%s)
-  nats    %s (JetStream stream SIGWATCH)
-  http    http://%s  (/metrics, /v1/shards, /v1/devices/{id})
-  status  http://%s/  (the status page: open it in a browser)
-
-%d simulated devices behind gateways of 50 signal every second; a few go
-silent for %v at a time. Threshold %v: a silent device is reported lost on
-sigwatch.lost.<type>, and sigwatch.recovered.<type> when it comes back; its
-alarm on sigwatch.alarm.<type> is raised, repeated every threshold while it
-stays silent, and resolved. Every %v a whole gateway goes dark: its
-devices are still reported lost one by one, but a person gets one storm
-(sigwatch.storm) and one group alarm instead of 50.
-
-`, rd.Addr, brokerURL, brokerName, ns.URL, app.HTTPAddr(), app.HTTPAddr(), *devices, 2**threshold, *threshold, *gatewayEvery)
+%d simulated devices (types meter and tracker, behind gateways of 50) signal
+every second on devices/<id>/signal; a few go silent for %v at a time.
+Threshold %v: a silent device is reported lost on sigwatch.lost.<type>, and
+sigwatch.recovered.<type> when it comes back; its alarm on
+sigwatch.alarm.<type> is raised, repeated every threshold while it stays
+silent, and resolved. Every %v a whole gateway goes dark: its devices are
+still reported lost one by one, but a person gets one storm (sigwatch.storm)
+and one group alarm instead of 50. A device you publish yourself is watched
+too, and shown here when it is lost or recovered.
+`, *devices, 2**threshold, *threshold, *gatewayEvery)
+	where.print(stdout, true)
 
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	var stopAt <-chan time.Time
+	var stopAt, again <-chan time.Time
 	if *duration > 0 {
 		stopAt = time.After(*duration)
+	}
+	if *remind > 0 {
+		t := time.NewTicker(*remind)
+		defer t.Stop()
+		again = t.C
 	}
 	lastSignals := 0.0
 	for running := true; running; {
@@ -159,6 +147,8 @@ devices are still reported lost one by one, but a person gets one storm
 			running = false
 		case <-stopAt:
 			running = false
+		case <-again:
+			where.print(stdout, false)
 		case <-tick.C:
 			signals := metricValue(app, "sigwatch_ingest_signals_total")
 			watched := 0.0
@@ -175,35 +165,51 @@ devices are still reported lost one by one, but a person gets one storm
 	lost, recovered, _, p99 := w.stats()
 	fmt.Fprintf(stdout, `
 Summary: %d lost events, %d recovered, %d alarm notifications, %d storms, fire lag p99 %dms, %d signals published.
-
-Point real devices at sigwatch:   mosquitto_pub -h 127.0.0.1 -p %s -q 1 -t devices/<gateway>/<id>/signal -m ''
-Subscribe a business handler:     nats sub -s %s 'sigwatch.lost.>'
-Run it for real:                  sigwatch run --config sigwatch.yaml (see README)
-`, lost, recovered, w.alarmCount(), w.stormCount(), p99, fl.Sent(), portOf(brokerURL), ns.URL)
+The demo's log and its servers' data are kept in %s.
+Run it for real on your own devices: make run (the same servers, deploy/sigwatch.yaml's settings).
+`, lost, recovered, w.alarmCount(), w.stormCount(), p99, fl.Sent(), dir)
 	if *duration > 0 && lost == 0 {
 		return errors.New("demo: no device was reported lost")
 	}
 	return nil
 }
 
-func portOf(u string) string {
-	for i := len(u) - 1; i >= 0; i-- {
-		if u[i] == ':' {
-			return u[i+1:]
+// declareFleet gives the fleet's devices their types and gateways, which
+// the README's topic does not carry, with their first signal: a signal
+// without them keeps what a device has.
+func declareFleet(ctx context.Context, app *App, fl *fleet.Fleet, n int) error {
+	const chunk = 2000
+	for lo := 0; lo < n; lo += chunk {
+		sigs := make([]ingest.Sig, 0, chunk)
+		for i := lo; i < min(n, lo+chunk); i++ {
+			sigs = append(sigs, ingest.Sig{ID: fl.ID(i), Type: fl.Type(i), Group: fl.Group(i)})
+		}
+		if err := app.in.Signals(ctx, sigs); err != nil {
+			return fmt.Errorf("declaring the fleet: %w", err)
 		}
 	}
-	return u
+	return nil
 }
 
-// watch tallies the events the demo receives.
+// watch tallies the events the demo receives. It follows which devices
+// of each group are lost, so that a storm is reported by the most of its
+// group lost at once, not by the count when it started or ended.
 type watch struct {
 	out       io.Writer
+	fleet     string // the id prefix of the simulated devices
 	mu        sync.Mutex
 	storms    int
 	lost      int
 	recovered int
 	alarms    int
 	lags      []int64
+	lostGroup map[string]string // device -> its group, while lost
+	lostCount map[string]int    // group ("" for the fleet) -> devices lost now
+	peak      map[string]int    // group ("" for the fleet) -> most lost at once since its storm started
+}
+
+func newWatch(out io.Writer, fleetPrefix string) *watch {
+	return &watch{out: out, fleet: fleetPrefix, lostGroup: map[string]string{}, lostCount: map[string]int{}, peak: map[string]int{}}
 }
 
 func (w *watch) onEvent(m *nats.Msg) {
@@ -216,24 +222,67 @@ func (w *watch) onEvent(m *nats.Msg) {
 		if json.Unmarshal(m.Data, &ev) == nil {
 			w.lost++
 			w.lags = append(w.lags, now-ev.Deadline)
+			w.lostNow(ev.Device, ev.Group)
+			if !strings.HasPrefix(ev.Device, w.fleet) {
+				fmt.Fprintf(w.out, "      your device %s: lost (last signal %s)\n", ev.Device, time.UnixMilli(ev.LastSeen).Format("15:04:05"))
+			}
 		}
 	case strings.HasPrefix(m.Subject, "sigwatch.recovered."):
-		w.recovered++
+		var ev dispatch.Recovered
+		if json.Unmarshal(m.Data, &ev) == nil {
+			w.recovered++
+			w.backNow(ev.Device)
+			if !strings.HasPrefix(ev.Device, w.fleet) {
+				fmt.Fprintf(w.out, "      your device %s: recovered\n", ev.Device)
+			}
+		}
 	case strings.HasPrefix(m.Subject, "sigwatch.alarm."):
 		w.alarms++
 	case m.Subject == "sigwatch.storm":
 		var ev dispatch.Storm
 		if json.Unmarshal(m.Data, &ev) == nil {
-			what := "one alarm for all of them"
-			if ev.State == alarm.StormStarted {
-				w.storms++
-			} else {
-				what = "below the threshold again, its alarm resolved"
-			}
-			fmt.Fprintf(w.out, "      storm %s: %s %s, %d of %d devices lost: %s\n",
-				ev.State, ev.Scope, ev.Group, ev.Devices, ev.Watched, what)
+			w.onStorm(ev)
 		}
 	}
+}
+
+// lostNow and backNow follow the devices lost now, by group and in all.
+func (w *watch) lostNow(id, group string) {
+	if _, ok := w.lostGroup[id]; ok {
+		return
+	}
+	w.lostGroup[id] = group
+	for _, k := range []string{"", "group " + group} {
+		w.lostCount[k]++
+		w.peak[k] = max(w.peak[k], w.lostCount[k])
+	}
+}
+
+func (w *watch) backNow(id string) {
+	group, ok := w.lostGroup[id]
+	if !ok {
+		return
+	}
+	delete(w.lostGroup, id)
+	w.lostCount[""]--
+	w.lostCount["group "+group]--
+}
+
+// onStorm says a storm started, by how many were lost when it did, and
+// ended, by the most that were lost at once in it.
+func (w *watch) onStorm(ev dispatch.Storm) {
+	key, what := "", "the fleet"
+	if ev.Group != "" {
+		key, what = "group "+ev.Group, "group "+ev.Group
+	}
+	if ev.State == alarm.StormStarted {
+		w.storms++
+		w.peak[key] = max(w.lostCount[key], int(ev.Devices))
+		fmt.Fprintf(w.out, "      storm started: %s, %d of its %d devices lost so far: one alarm for all of them\n", what, ev.Devices, ev.Watched)
+		return
+	}
+	fmt.Fprintf(w.out, "      storm ended: %s, %d of its %d devices were lost at the worst; back under the storm's share, its alarm resolved\n",
+		what, max(w.peak[key], int(ev.Devices)), ev.Watched)
 }
 
 func (w *watch) stormCount() int {

@@ -2,6 +2,7 @@
 //
 //	sigwatch run [--config sigwatch.yaml]   run the service (roles: ingest, scanner, alarm, api)
 //	sigwatch demo                           run everything on embedded servers with a simulated fleet (make demo)
+//	sigwatch dev                            run the service on Redis, Mosquitto and NATS it starts (make run)
 //	sigwatch simulate --broker URL          publish signals of a simulated fleet to any broker
 //	sigwatch shards status|double           show the topology and every shard; double the shards
 //	sigwatch device get|rm|threshold|group|ack ID look at or change one device through the API
@@ -25,5 +26,8 @@
 //     the API or, with --config, on Redis directly; events.go: sigwatch
 //     events, which follows GET /v1/events.
 //   - simulate.go: a simulated fleet; demo.go: the demo (build tag demo),
-//     nodemo.go: its stand-in without the tag.
+//     nodemo.go: its stand-in (and dev's) without the tag; dev.go:
+//     `sigwatch dev`, the service on servers it starts (build tag demo);
+//     devservers.go: the servers the demo and dev start, on the standard
+//     ports where free.
 package main

@@ -494,25 +494,6 @@ func TestDoublingAcrossProcesses(t *testing.T) {
 	checkExactlySilenced(t, l, d, threshold)
 }
 
-// TestDemoShowsLostDevices runs `sigwatch demo` as a user would: it starts
-// its own servers, watches a simulated fleet and must report lost devices.
-func TestDemoShowsLostDevices(t *testing.T) {
-	cmd := exec.Command(binary, "demo", "--duration", "8s", "--devices", "500", "--threshold", "1s", "--gateway-every", "3s")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("sigwatch demo: %v\n%s", err, out)
-	}
-	for _, want := range []string{"watched", "signals/s", "Summary:", "mosquitto_pub", "nats sub", "storm started: group gw-"} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("demo output lacks %q:\n%s", want, out)
-		}
-	}
-	if strings.Contains(string(out), "Summary: 0 lost") {
-		t.Errorf("demo reported no lost device:\n%s", out)
-	}
-}
-
 // TestPayloadTimestampsOutOfOrder runs devices that stamp their signals
 // themselves, out of order and up to a second old, for many seconds: no live
 // device is reported, silenced ones are reported once, never before their

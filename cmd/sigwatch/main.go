@@ -20,6 +20,7 @@ const usage = `usage: sigwatch <command> [flags]
 commands:
   run        run the service: sigwatch run --config sigwatch.yaml
   demo       run on embedded Redis, MQTT and NATS with a simulated fleet (make demo)
+  dev        run the service on Redis, Mosquitto and NATS it starts itself (make run)
   simulate   publish a simulated fleet's signals to an MQTT broker
   events     follow what sigwatch publishes: [--lost] [--alarms] [--storms] [--device ID] [--since 10m | --last N]
   device     get|rm|threshold|group|ack <id>: one device; ls [--state lost|watched]: pages of devices
@@ -58,6 +59,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdRun(ctx, args[1:], stderr)
 	case "demo":
 		err = cmdDemo(ctx, args[1:], stdout, stderr)
+	case "dev":
+		err = cmdDev(ctx, args[1:], stdout, stderr)
 	case "simulate":
 		err = cmdSimulate(ctx, args[1:], stdout, stderr)
 	case "shards":

@@ -15,3 +15,10 @@ func cmdDemo(context.Context, []string, io.Writer, io.Writer) error {
 	return errors.New("demo: this binary was built without the demo; run `make demo` " +
 		"(go run -tags demo ./cmd/sigwatch demo)")
 }
+
+// cmdDev stands in for `sigwatch dev`, which starts the servers the demo
+// starts.
+func cmdDev(context.Context, []string, io.Writer, io.Writer) error {
+	return errors.New("dev: this binary was built without the servers it starts; run `make run` " +
+		"(go build -tags demo -o bin/sigwatch ./cmd/sigwatch && bin/sigwatch dev)")
+}

@@ -19,3 +19,15 @@ func TestDemoAbsentSaysHowToRunIt(t *testing.T) {
 		t.Errorf("got %q, want a pointer to `make demo`", stderr.String())
 	}
 }
+
+// TestDevAbsentSaysHowToRunIt: the same for `sigwatch dev`, which points
+// to `make run`.
+func TestDevAbsentSaysHowToRunIt(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"dev"}, &stdout, &stderr); code != 1 {
+		t.Errorf("got exit code %d, want 1", code)
+	}
+	if !strings.Contains(stderr.String(), "make run") {
+		t.Errorf("got %q, want a pointer to `make run`", stderr.String())
+	}
+}

@@ -473,7 +473,7 @@ func TestStatusPageInChromium(t *testing.T) {
 func TestDemoShowsStatusPage(t *testing.T) {
 	b := newBrowser(t)
 	shots := screenshotDir(t)
-	cmd := exec.Command(binary, "demo", "--duration", "40s", "--devices", "300", "--threshold", "1s")
+	cmd := exec.Command(binary, "demo", "--ports", "free", "--dir", t.TempDir(), "--duration", "40s", "--devices", "300", "--threshold", "1s")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {

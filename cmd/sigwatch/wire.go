@@ -28,6 +28,9 @@ func (a *App) connect(ctx context.Context) error {
 	if a.store, err = shard.Dial(cfg.Redis); err != nil {
 		return err
 	}
+	if err := a.store.CheckVersion(ctx); err != nil {
+		return err
+	}
 	skew, err := testClockSkew()
 	if err != nil {
 		return err

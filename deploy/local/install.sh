@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# Installs the servers sigwatch's tests, `sigwatch demo` and the benchmarks start as child
-# processes: redis-server, redis-cli, redis-sentinel, mosquitto and mosquitto_passwd. nats-server
-# needs nothing: it is embedded. With --browser also chromium, the headless browser the status
-# page test drives (make test asks for it; make demo does not need it).
+# Installs the servers sigwatch's tests, `sigwatch demo`, `sigwatch dev` (make run) and the
+# benchmarks start as child processes: redis-server, redis-cli, redis-sentinel, mosquitto and
+# mosquitto_passwd. The demo, `sigwatch dev` and the tests embed their own nats-server (the version
+# go.mod pins), so they need none installed.
+#
+# `sigwatch run` on servers of your own needs Redis 6.2 or newer and nats-server 2.10 or newer with
+# JetStream (-js); it checks both at start. Debian's nats-server package is older (2.9): get one with
+# `go install github.com/nats-io/nats-server/v2@latest` or the release binaries
+# (https://github.com/nats-io/nats-server/releases), or use `make run`, which starts all three.
+#
+# With --browser (make test) also chromium, the headless browser the status page test drives, and
+# Debian's old nats-server (/usr/bin/nats-server, 2.9), which a test starts to see `sigwatch run`
+# refuse it; nothing else runs that binary.
 # Safe to run again; prints next to nothing when everything is there.
 #
 # Works unattended (no stdin, CI=true): apt-get runs non-interactively and sudo is never asked
@@ -12,8 +21,8 @@ set -euo pipefail
 bins="redis-server redis-cli redis-sentinel mosquitto mosquitto_passwd"
 pkgs="redis-server redis-sentinel mosquitto mosquitto-clients"
 if [ "${1:-}" = "--browser" ]; then
-	bins="$bins chromium"
-	pkgs="$pkgs chromium"
+	bins="$bins chromium nats-server"
+	pkgs="$pkgs chromium nats-server"
 fi
 
 # have NAME: NAME is on PATH or in a system binary directory (Debian puts mosquitto in
@@ -53,10 +62,11 @@ if command -v apt-get >/dev/null 2>&1; then
 	fi
 
 	# Remember which services exist already, so that only the ones installed now are stopped.
-	had_redis=0 had_sentinel=0 had_mosquitto=0
+	had_redis=0 had_sentinel=0 had_mosquitto=0 had_nats=0
 	dpkg-query -W -f='${Status}' redis-server 2>/dev/null | grep -q "install ok installed" && had_redis=1
 	dpkg-query -W -f='${Status}' redis-sentinel 2>/dev/null | grep -q "install ok installed" && had_sentinel=1
 	dpkg-query -W -f='${Status}' mosquitto 2>/dev/null | grep -q "install ok installed" && had_mosquitto=1
+	dpkg-query -W -f='${Status}' nats-server 2>/dev/null | grep -q "install ok installed" && had_nats=1
 
 	echo "deps: apt-get install $pkgs"
 	$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
@@ -64,14 +74,16 @@ if command -v apt-get >/dev/null 2>&1; then
 		-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
 		$pkgs </dev/null >/dev/null
 
-	# The packages start system-wide services on 6379, 26379 and 1883. sigwatch never uses them (its
-	# servers run on random ports in their own directories), so stop and disable the ones this
-	# script installed rather than leave a stray broker and database running. In containers
+	# The packages start system-wide services on 6379, 26379, 1883 and 4222. The tests, the demo
+	# and `make run` start servers of their own in their own directories, so stop and disable the
+	# ones this script installed rather than leave a stray broker and database running (and a
+	# nats-server too old for sigwatch on the port `make run` would take). In containers
 	# without systemd the packages usually do not start them at all.
 	if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
 		[ "$had_redis" = 1 ] || $sudo systemctl disable --now redis-server >/dev/null 2>&1 || true
 		[ "$had_sentinel" = 1 ] || $sudo systemctl disable --now redis-sentinel >/dev/null 2>&1 || true
 		[ "$had_mosquitto" = 1 ] || $sudo systemctl disable --now mosquitto >/dev/null 2>&1 || true
+		[ "$had_nats" = 1 ] || $sudo systemctl disable --now nats-server >/dev/null 2>&1 || true
 	fi
 
 	missing=$(missing_bins)

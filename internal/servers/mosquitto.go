@@ -17,6 +17,8 @@ type MosquittoOptions struct {
 	// TLS, when set, makes the listener speak only TLS with these files (clients are not asked
 	// for certificates), and URL is ssl://host:port.
 	TLS *TLSFiles
+	// Port is the port to listen on; 0 picks a free one (and another if it is taken meanwhile).
+	Port int
 	// MaxQueuedMessages, when above 0, is the broker's max_queued_messages: a session's queue
 	// beyond it is dropped (and counted in $SYS), as with Mosquitto's own default of 1000.
 	MaxQueuedMessages int
@@ -49,7 +51,11 @@ func StartMosquitto(dir string, opts MosquittoOptions) (*Mosquitto, error) {
 			return nil, fmt.Errorf("servers: start mosquitto: %w", err)
 		}
 	}
-	if err := onFreePort(m.start); err != nil {
+	start := onFreePort
+	if opts.Port != 0 {
+		start = func(f func(int) error) error { return f(opts.Port) }
+	}
+	if err := start(m.start); err != nil {
 		return nil, fmt.Errorf("servers: start mosquitto: %w", err)
 	}
 	return m, nil

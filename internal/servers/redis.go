@@ -19,6 +19,8 @@ type RedisOptions struct {
 	// these files. Clients are not asked for certificates. The plain port stays open: this
 	// package checks readiness on it, and a test can use it to look behind a TLS client's back.
 	TLS *TLSFiles
+	// Port is the port to listen on; 0 picks a free one (and another if it is taken meanwhile).
+	Port int
 	// ExtraArgs are appended to the redis-server command line and so override the defaults,
 	// e.g. []string{"--maxmemory", "100mb"}.
 	ExtraArgs []string
@@ -46,7 +48,11 @@ func StartRedis(dir string, opts RedisOptions) (*Redis, error) {
 		return nil, err
 	}
 	r := &Redis{Dir: dir, Password: opts.Password, child: child{name: "redis"}, bin: bin, opts: opts}
-	err = onFreePort(func(port int) error {
+	start := onFreePort
+	if opts.Port != 0 {
+		start = func(f func(int) error) error { return f(opts.Port) }
+	}
+	err = start(func(port int) error {
 		tlsPort := 0
 		if opts.TLS != nil {
 			var err error
