@@ -28,7 +28,7 @@ commands:
   storm      ls | ack <group>|--fleet: group and fleet storms and their alarms, through the HTTP API
   timer      get|set|rm <queue> <id>: one generic timer, through the HTTP API
   stats      fleet counters, rates, fire lag, watermark, shards, through the HTTP API
-  config     check --config F: load and validate a config file with the SIGWATCH_* environment
+  config     check [--config F]: validate a config file (or the defaults) with the SIGWATCH_* environment
   healthcheck [URL]: exit 0 when URL (default http://127.0.0.1:8080/readyz) answers 200
   version    print the version
 
