@@ -56,7 +56,12 @@ type Config struct {
 }
 
 // DefaultMQTTConfig is the mqtt section when nothing is configured. The
-// client id names a persistent session, so it defaults to one per host.
+// client id names a persistent session, whose messages the broker keeps
+// while sigwatch restarts, so it stays one per host, "sigwatch-<host>",
+// the same across restarts: an id new with every process would leave each
+// old session's backlog behind, unread. A second process on the host with
+// the default is refused at start (see ClaimClientID), naming the process
+// that holds the id; give each its own with SIGWATCH_MQTT_CLIENT_ID.
 func DefaultMQTTConfig() MQTTConfig {
 	host, _ := os.Hostname()
 	if host == "" {
