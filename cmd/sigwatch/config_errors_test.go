@@ -48,6 +48,12 @@ func TestConfigErrorsInUsersWords(t *testing.T) {
 		{"SIGWATCH_MQTT_QOS=high", "SIGWATCH_MQTT_QOS=high: not a whole number"},
 		{"SIGWATCH_STORM_ENABLED=yes please", "SIGWATCH_STORM_ENABLED=yes please: not true or false"},
 		{"SIGWATCH_ALARM_RATE=lots", "SIGWATCH_ALARM_RATE=lots: not a number"},
+		// Values of the right kind that cannot work name the key and the value.
+		{"SIGWATCH_THRESHOLDS_DEFAULT=-5s", "config: thresholds.default -5s must be positive and at most 8784h (366 days)"},
+		{"SIGWATCH_INGEST_OUTAGE_AFTER=0s", "config: ingest.outage_after 0s must be positive, e.g. 3s"},
+		{"SIGWATCH_INGEST_BATCH=0", "config: ingest.batch 0 must be at least 1"},
+		{"SIGWATCH_NATS_MAX_AGE=-1h", "config: nats.max_age must not be negative (0: the default or no limit)"},
+		{"SIGWATCH_REDIS_ADDRS=", "config: redis.addrs is empty: list the Redis to use, e.g. [127.0.0.1:6379]"},
 	}
 	for _, c := range envs {
 		_, err := LoadConfig("", []string{c.kv})
