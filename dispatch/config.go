@@ -96,8 +96,14 @@ func (c Config) Validate() error {
 	if c.Storage != "file" && c.Storage != "memory" {
 		errs = append(errs, fmt.Errorf("nats.storage %q: use file or memory", c.Storage))
 	}
-	if c.Replicas < 0 || c.Duplicates < 0 || c.MaxAge < 0 || c.MaxBytes < 0 || c.MaxMsgs < 0 {
-		errs = append(errs, errors.New("nats.replicas, nats.duplicates, nats.max_age, nats.max_bytes and nats.max_msgs must not be negative"))
+	for _, n := range []struct {
+		key      string
+		negative bool
+	}{{"replicas", c.Replicas < 0}, {"duplicates", c.Duplicates < 0}, {"max_age", c.MaxAge < 0},
+		{"max_bytes", c.MaxBytes < 0}, {"max_msgs", c.MaxMsgs < 0}} {
+		if n.negative {
+			errs = append(errs, fmt.Errorf("nats.%s must not be negative (0: the default or no limit)", n.key))
+		}
 	}
 	if c.PingInterval < 0 {
 		errs = append(errs, errors.New("nats.ping_interval must not be negative"))

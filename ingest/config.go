@@ -56,7 +56,12 @@ type Config struct {
 }
 
 // DefaultMQTTConfig is the mqtt section when nothing is configured. The
-// client id names a persistent session, so it defaults to one per host.
+// client id names a persistent session, whose messages the broker keeps
+// while sigwatch restarts, so it stays one per host, "sigwatch-<host>",
+// the same across restarts: an id new with every process would leave each
+// old session's backlog behind, unread. A second process on the host with
+// the default is refused at start (see ClaimClientID), naming the process
+// that holds the id; give each its own with SIGWATCH_MQTT_CLIENT_ID.
 func DefaultMQTTConfig() MQTTConfig {
 	host, _ := os.Hostname()
 	if host == "" {
@@ -121,20 +126,36 @@ func (c TimestampConfig) Validate() error {
 	return nil
 }
 
+// defaultDuration is the default of the ingest duration named key, the
+// example a refusal gives.
+func defaultDuration(key string) time.Duration {
+	d := DefaultConfig()
+	return map[string]time.Duration{"flush_interval": d.FlushInterval, "probe_interval": d.ProbeInterval,
+		"outage_after": d.OutageAfter, "reconnect_grace": d.ReconnectGrace, "member_timeout": d.MemberTimeout}[key]
+}
+
 // Validate refuses write-path settings that cannot work.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Batch < 1 || c.MaxInFlight < 1 {
-		errs = append(errs, errors.New("ingest.batch and ingest.max_inflight must be at least 1"))
+	for _, n := range []struct {
+		key string
+		v   int
+	}{{"batch", c.Batch}, {"max_inflight", c.MaxInFlight}, {"max_id_len", c.MaxIDLen}} {
+		if n.v < 1 {
+			errs = append(errs, fmt.Errorf("ingest.%s %d must be at least 1", n.key, n.v))
+		}
 	}
-	if c.FlushInterval <= 0 || c.ProbeInterval <= 0 || c.OutageAfter <= 0 || c.MemberTimeout <= 0 || c.ReconnectGrace <= 0 {
-		errs = append(errs, errors.New("ingest.flush_interval, probe_interval, outage_after, reconnect_grace and member_timeout must be positive"))
-	}
-	if c.MaxIDLen < 1 {
-		errs = append(errs, errors.New("ingest.max_id_len must be at least 1"))
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"flush_interval", c.FlushInterval}, {"probe_interval", c.ProbeInterval}, {"outage_after", c.OutageAfter},
+		{"reconnect_grace", c.ReconnectGrace}, {"member_timeout", c.MemberTimeout}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("ingest.%s %v must be positive, e.g. %v", d.key, d.v, defaultDuration(d.key)))
+		}
 	}
 	if c.IdleProbeInterval < 0 {
-		errs = append(errs, errors.New("ingest.idle_probe_interval must not be negative"))
+		errs = append(errs, fmt.Errorf("ingest.idle_probe_interval %v must not be negative", c.IdleProbeInterval))
 	}
 	return errors.Join(errs...)
 }

@@ -2,6 +2,9 @@ package ingest
 
 import (
 	"context"
+	"errors"
+	"io"
+	"strings"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -200,6 +203,33 @@ func (s *source) onReconnecting(mqtt.Client, *mqtt.ClientOptions) {
 }
 
 func (s *source) onConnectionLost(_ mqtt.Client, err error) {
-	s.breaks.noticed(s.opts.Now().UnixMilli())
+	now := s.opts.Now().UnixMilli()
+	s.breaks.noticed(now)
 	s.log.Warn("lost MQTT connection; reconnecting (an ingest outage until it is back)", "err", err)
+	s.noteTakenOver(err, now)
+}
+
+// takenOverAfter is how many connections in a row the broker closes soon
+// after they opened before it is said that another client may use this
+// client id; shortLived is how soon.
+const (
+	takenOverAfter = 3
+	shortLived     = 10 * time.Second
+)
+
+// noteTakenOver says once when the broker keeps closing fresh connections
+// (EOF, or an MQTT 5 "session taken over"): the usual cause is another
+// client connecting with the same client id, which the claim in Redis
+// catches only among sigwatch processes of one installation.
+func (s *source) noteTakenOver(err error, now int64) {
+	at := s.connectedAt.Load()
+	taken := errors.Is(err, io.EOF) || err != nil && strings.Contains(strings.ToLower(err.Error()), "taken over")
+	if !taken || at == 0 || now-at > shortLived.Milliseconds() {
+		s.shortLived.Store(0)
+		return
+	}
+	if s.shortLived.Add(1) >= takenOverAfter && s.takenOverSaid.CompareAndSwap(false, true) {
+		s.log.Error("the broker keeps closing the connection soon after it opens: another client with the same mqtt.client_id may be connected; give each its own (SIGWATCH_MQTT_CLIENT_ID)",
+			"client_id", s.opts.ClientID, "closed", takenOverAfter)
+	}
 }

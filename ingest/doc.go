@@ -48,6 +48,8 @@
 //   - probe.go: the watermark probes — their rate (full while a scanner
 //     asks, idle otherwise), sending them, and the barriers their return
 //     gives the pipeline.
+//   - claim.go: the claim of the client id in Redis, one live process per
+//     id, taken before connecting, renewed, released at stop.
 //   - broker.go: what the broker says of itself in $SYS: its version
 //     (vetting its order), its drops, its uptime.
 //   - pipeline.go: the pipeline's intake (in-flight bound, enqueue) and the

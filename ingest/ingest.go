@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -61,7 +62,7 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Bu
 	in.dead = newDeadLetters(pub, m, log)
 	// The writer reports the topology epoch ingest writes with, so a
 	// doubling's drain knows when no write can land in an old shard.
-	name := opts.ClientID
+	name := cmp.Or(opts.Process, opts.ClientID)
 	if name == "" {
 		name = "ingest-" + nuid.Next()
 	}

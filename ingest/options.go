@@ -22,6 +22,9 @@ type Options struct {
 	// routing shared messages to a disconnected persistent member
 	// (eclipse/mosquitto#1747), which would hide live devices' signals.
 	ClientID string
+	// Process names this process in the writer reports a doubling's drain
+	// waits on and shows (default ClientID).
+	Process string
 
 	Username, Password string
 	TLS                *tls.Config

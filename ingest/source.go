@@ -40,6 +40,10 @@ type source struct {
 	client      atomic.Pointer[mqtt.Client]
 	prober      atomic.Pointer[mqtt.Client] // publishes the probes
 	connectedAt atomic.Int64                // unix ms when the current connection was subscribed; 0 before
+	// shortLived counts the connections in a row the broker closed soon
+	// after they opened; takenOverSaid is set once that was logged.
+	shortLived    atomic.Int32
+	takenOverSaid atomic.Bool
 	// evidence is the send time, unix ms, of the latest probe this process
 	// received (on any of its connections) on every probe topic: the broker
 	// delivers a subscription's messages in order (see onConnect), so a

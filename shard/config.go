@@ -52,7 +52,7 @@ func (c RedisConfig) Validate() error {
 	case len(c.Addrs) == 0 && c.Sentinel.MasterSet != "":
 		errs = append(errs, errors.New("redis.addrs is empty: with redis.sentinel.master_set, list the sentinels (host:26379)"))
 	case len(c.Addrs) == 0:
-		errs = append(errs, errors.New("redis.addrs is empty"))
+		errs = append(errs, errors.New("redis.addrs is empty: list the Redis to use, e.g. [127.0.0.1:6379]"))
 	}
 	if c.DB < 0 {
 		errs = append(errs, errors.New("redis.db must not be negative"))
@@ -105,15 +105,18 @@ func DefaultThresholdsConfig() ThresholdsConfig { return ThresholdsConfig{Defaul
 // device's override.
 const MaxThreshold = 366 * 24 * time.Hour
 
+// maxThresholdWords is MaxThreshold as a refusal says it.
+var maxThresholdWords = fmt.Sprintf("%dh (%d days)", int(MaxThreshold.Hours()), int(MaxThreshold.Hours()/24))
+
 // Validate refuses thresholds that are not positive or above MaxThreshold.
 func (c ThresholdsConfig) Validate() error {
 	var errs []error
 	if c.Default <= 0 || c.Default > MaxThreshold {
-		errs = append(errs, fmt.Errorf("thresholds.default must be positive and at most %v", MaxThreshold))
+		errs = append(errs, fmt.Errorf("thresholds.default %v must be positive and at most %s", c.Default, maxThresholdWords))
 	}
 	for t, d := range c.Types {
 		if d <= 0 || d > MaxThreshold {
-			errs = append(errs, fmt.Errorf("thresholds.types.%s must be positive and at most %v", t, MaxThreshold))
+			errs = append(errs, fmt.Errorf("thresholds.types.%s %v must be positive and at most %s", t, d, maxThresholdWords))
 		}
 	}
 	return errors.Join(errs...)

@@ -39,6 +39,11 @@ local v = ARGV[1] .. '|' .. redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], v, 'PX', ARGV[2])
 return v`)
 
+// Owner is the id of the process holding the lease, as shown to users.
+func (l Lease) Owner() string {
+	return l.Value[:max(strings.LastIndexByte(l.Value, '|'), 0)]
+}
+
 // Acquire takes shard i's lease for owner if it is free. ok is false when
 // another owner holds it.
 func (s *Store) Acquire(ctx context.Context, i int, owner string, ttl time.Duration) (l Lease, ok bool, err error) {

@@ -15,7 +15,10 @@ type Status struct {
 	// Head is the earliest member, if HasHead.
 	Head    Entry
 	HasHead bool
-	Owner   string // the lease value, "" when free
+	// Owner is the id of the process holding the lease ("" when free) and
+	// Token the lease's fencing token.
+	Owner string
+	Token int64
 }
 
 // Status reads the size, head and lease of each of the n shards of family
@@ -52,8 +55,13 @@ func (s *Store) Status(ctx context.Context, f Family, n int) ([]Status, error) {
 		if len(es) > 0 {
 			st.Head, st.HasHead = es[0], true
 		}
-		if st.Owner, err = owner.ToString(); err != nil && !rueidis.IsRedisNil(err) {
+		lv, err := owner.ToString()
+		if err != nil && !rueidis.IsRedisNil(err) {
 			return nil, fmt.Errorf("shard: status: owner of shard %d: %w", i, err)
+		}
+		if lv != "" {
+			l := Lease{Shard: i, Value: lv}
+			st.Owner, st.Token = l.Owner(), l.Token()
 		}
 		out[i] = st
 	}

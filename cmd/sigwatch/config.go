@@ -68,14 +68,34 @@ func DefaultConfig() Config {
 	}
 }
 
+// notSettings are the SIGWATCH_* variables sigwatch, its tests and its
+// tools read that are not config keys; every other SIGWATCH_* variable
+// must name a key, so that a misspelt one is refused, not ignored.
+var notSettings = []string{
+	"SIGWATCH_CONFIG",          // the config file, for run and config check
+	"SIGWATCH_API",             // the CLI's API URL
+	"SIGWATCH_TIMEOUT",         // the CLI's deadline per call
+	"SIGWATCH_TEST_CLOCK_SKEW", // a test seam, see testClockSkew
+	"SIGWATCH_SCREENSHOTS",     // where the status page tests keep screenshots
+	"SIGWATCH_BENCH_CONFIG",    // the benchmark harness
+	"SIGWATCH_BENCH_CHILD",
+}
+
 // LoadConfig reads path (if not empty) over the defaults, then applies
 // SIGWATCH_* environment overrides from env, then validates.
 func LoadConfig(path string, env []string) (Config, error) {
+	cfg, _, err := loadConfig(path, env)
+	return cfg, err
+}
+
+// loadConfig is LoadConfig that also says which variables it applied.
+func loadConfig(path string, env []string) (Config, []string, error) {
 	cfg := DefaultConfig()
-	if err := yamlenv.Load(&cfg, path, "SIGWATCH", env); err != nil {
-		return Config{}, err
+	applied, err := yamlenv.Load(&cfg, path, "SIGWATCH", env, notSettings...)
+	if err != nil {
+		return Config{}, nil, err
 	}
-	return cfg, cfg.Validate()
+	return cfg, applied, cfg.Validate()
 }
 
 // Validate refuses configurations that cannot work, saying what to change:

@@ -8,15 +8,17 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 )
 
-// cmdConfig is `sigwatch config check --config F`: load F with the
-// environment's SIGWATCH_* overrides and validate it, as run would, without
-// connecting to anything.
+// cmdConfig is `sigwatch config check [--config F]`: load F (or, without
+// one, the defaults) with the environment's SIGWATCH_* overrides and
+// validate it, as run would, without connecting to anything; then say
+// what was checked and what the process would reach.
 func cmdConfig(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "check" {
-		return errors.New("usage: sigwatch config check --config sigwatch.yaml")
+		return errors.New("usage: sigwatch config check [--config sigwatch.yaml]")
 	}
 	fs := flag.NewFlagSet("config check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -24,15 +26,44 @@ func cmdConfig(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	cfg, err := LoadConfig(*path, os.Environ())
+	cfg, applied, err := loadConfig(*path, os.Environ())
 	if err != nil {
 		return err
 	}
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
-	fmt.Fprintf(stdout, "%s: ok\n", *path)
+	writeChecked(stdout, cfg, *path, applied)
 	return nil
+}
+
+// writeChecked says in a few lines what `config check` checked: the file
+// (or the defaults), the variables applied (names only: values may be
+// secrets), the roles and the servers the process would use.
+func writeChecked(w io.Writer, cfg Config, path string, applied []string) {
+	src := "no file (--config or SIGWATCH_CONFIG): the defaults"
+	if path != "" {
+		src = path
+	}
+	env := "no SIGWATCH_* settings from the environment"
+	if len(applied) > 0 {
+		env = "with " + strings.Join(applied, ", ") + " from the environment"
+	}
+	fmt.Fprintf(w, "checked: %s, %s\n", src, env)
+	fmt.Fprintf(w, "roles:   %s\n", strings.Join(cfg.Roles, ", "))
+	redis := strings.Join(cfg.Redis.Addrs, ", ")
+	if cfg.Redis.Sentinel.MasterSet != "" {
+		redis = fmt.Sprintf("master %s from the sentinels %s", cfg.Redis.Sentinel.MasterSet, redis)
+	}
+	fmt.Fprintf(w, "redis:   %s (key prefix %s)\n", redis, cfg.Redis.Prefix)
+	fmt.Fprintf(w, "nats:    %s (%s)\n", cfg.NATS.URL, cfg.NATS.Mode)
+	if cfg.hasRole("ingest") {
+		fmt.Fprintf(w, "mqtt:    %s as client id %s, topics %s\n", strings.Join(cfg.MQTT.Brokers, ", "), cfg.MQTT.ClientID, strings.Join(cfg.MQTT.Topics, ", "))
+	}
+	if cfg.hasRole("api") {
+		fmt.Fprintf(w, "http:    listens on %s\n", cfg.HTTP.Addr)
+	}
+	fmt.Fprintln(w, "ok: the configuration is valid (nothing was connected to)")
 }
 
 // cmdHealthcheck is `sigwatch healthcheck [URL]`: exit 0 when URL (default

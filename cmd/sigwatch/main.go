@@ -30,7 +30,7 @@ commands:
   timer      get|set|rm <queue> <id>: one generic timer
   stats      fleet counters, rates, fire lag, watermark, shards
   shards     status|double: topology, drain progress, sizes, owners; start a doubling
-  config     check --config F: load and validate a config file with the SIGWATCH_* environment
+  config     check [--config F]: validate a config file (or the defaults) with the SIGWATCH_* environment
   healthcheck [URL]: exit 0 when URL (default http://127.0.0.1:8080/readyz) answers 200
   version    print the version
 

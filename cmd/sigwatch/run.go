@@ -31,6 +31,9 @@ import (
 // Redis, NATS and the broker.
 type App struct {
 	cfg Config
+	// id is this process's one name wherever it is shown: its stats
+	// report, its leases (shard owners), its writer report and its log.
+	id  string
 	log *slog.Logger
 	reg *prometheus.Registry
 	// store is the process's Redis connection; scanStore is the scanner
@@ -50,6 +53,7 @@ type App struct {
 	devices  *shard.Devices // the API's per-device operations
 	pub      *dispatch.Bus
 	in       *ingest.Ingest
+	claim    *ingest.Claim // this process's hold on its mqtt.client_id
 	sc       *scanner.Scanner
 
 	// repeats and repeatTopo are the store of the alarm's repeats (a timer
@@ -79,9 +83,10 @@ type App struct {
 	err  error
 }
 
-// replicaID names this process uniquely: leases and membership use it, so a
-// restarted process never passes for its previous life.
-func replicaID() string {
+// processID names this process uniquely, host-pid-random: leases and
+// membership use it, so a restarted process never passes for its previous
+// life, and the pid lets an operator find it on its host.
+func processID() string {
 	host, _ := os.Hostname()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
@@ -97,7 +102,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	for _, w := range cfg.Warnings() {
 		log.Warn("config: " + w)
 	}
-	a := &App{cfg: cfg, log: log, reg: prometheus.NewRegistry(), g: newGroup(), done: make(chan struct{})}
+	a := &App{cfg: cfg, id: processID(), log: log, reg: prometheus.NewRegistry(), g: newGroup(), done: make(chan struct{})}
 	// A coordinator without progress for three lease times has lost its
 	// shards: stuck (liveness.New keeps at least a minute, for a hung Redis).
 	a.live = liveness.New(3 * cfg.Scanner.LeaseTTL)
@@ -105,6 +110,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	ok := false
 	defer func() {
 		if !ok {
+			if a.claim != nil {
+				a.claim.Release()
+			}
 			a.closeClients()
 		}
 	}()
@@ -118,7 +126,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	ok = true
 	a.run(ctx)
 	offset, uncertainty := a.clock.Offset()
-	log.Info("sigwatch started", "roles", strings.Join(cfg.Roles, ","), "shards", a.topo.Current().Shards,
+	mqttID := ""
+	if cfg.hasRole("ingest") {
+		mqttID = cfg.MQTT.ClientID
+	}
+	log.Info("sigwatch started", "process", a.id, "mqtt_client_id", mqttID, "roles", strings.Join(cfg.Roles, ","), "shards", a.topo.Current().Shards,
 		"epoch", a.topo.Current().Epoch, "http", a.HTTPAddr(), "clock_offset", offset.String(), "clock_uncertainty", uncertainty.String())
 	return a, nil
 }
@@ -145,6 +157,9 @@ func (a *App) run(ctx context.Context) {
 	}
 	if a.sc != nil {
 		a.g.Go("scanner", a.sc.Run)
+	}
+	if a.claim != nil {
+		a.g.Go("mqtt claim", a.claim.Run) // released after ingest stopped
 	}
 	if a.in != nil {
 		a.g.Go("ingest", a.in.Run)
@@ -207,6 +222,9 @@ func testClockSkew() (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// ID is this process's id, as its stats report and shard leases show it.
+func (a *App) ID() string { return a.id }
 
 // HTTPAddr is the address the API listens on ("" without the api role).
 func (a *App) HTTPAddr() string {

@@ -89,7 +89,7 @@ func (a *App) establish(ctx context.Context) error {
 	return nil
 }
 
-func (a *App) newIngest(context.Context) error {
+func (a *App) newIngest(ctx context.Context) error {
 	cfg := a.cfg
 	if !cfg.hasRole("ingest") {
 		return nil
@@ -98,8 +98,15 @@ func (a *App) newIngest(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("mqtt: %w", err)
 	}
+	// A broker closes the older of two connections with one client id:
+	// a second process with this one is refused before it connects.
+	if len(cfg.MQTT.Brokers) > 0 {
+		if a.claim, err = ingest.ClaimClientID(ctx, a.store, cfg.MQTT.ClientID, a.id, a.log.With("role", "ingest")); err != nil {
+			return err
+		}
+	}
 	a.in, err = ingest.New(ingest.Options{
-		Brokers: cfg.MQTT.Brokers, ClientID: cfg.MQTT.ClientID, Username: cfg.MQTT.Username,
+		Brokers: cfg.MQTT.Brokers, ClientID: cfg.MQTT.ClientID, Process: a.id, Username: cfg.MQTT.Username,
 		Password: cfg.MQTT.Password, TLS: mqttTLS, Topics: cfg.MQTT.Topics, IDLevel: cfg.MQTT.IDLevel,
 		TypeLevel: cfg.MQTT.TypeLevel, GroupLevel: new(cfg.MQTT.GroupLevel), SharedGroup: cfg.MQTT.SharedGroup, QoS: new(byte(cfg.MQTT.QoS)),
 		OrderedBroker: cfg.MQTT.OrderedBroker,
@@ -121,7 +128,7 @@ func (a *App) newScanner(context.Context) error {
 	}
 	a.scanStore.ShareGeneration(a.store)
 	a.sc, err = scanner.New(scanner.Options{
-		Replica: replicaID(), Config: cfg.Scanner, Thresholds: a.thr, Now: a.live.Wrap("scanner", a.clock.Now),
+		Replica: a.id, Config: cfg.Scanner, Thresholds: a.thr, Now: a.live.Wrap("scanner", a.clock.Now),
 	}, a.scanStore, a.topo, a.pub, a.reg, a.log.With("role", "scanner"))
 	return err
 }
@@ -139,7 +146,7 @@ func (a *App) newAlarms(ctx context.Context) error {
 	}
 	replica, now := "", a.clock.Now
 	if cfg.hasRole("alarm") {
-		replica, now = replicaID(), a.live.Wrap("alarm", a.clock.Now)
+		replica, now = a.id, a.live.Wrap("alarm", a.clock.Now)
 	}
 	a.alarms, err = alarm.New(alarm.Options{
 		Policy: cfg.Alarm.Policy, Replica: replica, AckWait: cfg.Alarm.AckWait,
@@ -165,7 +172,7 @@ func (a *App) newTimers(context.Context) error {
 	tc.NATS = tc.NATS && js
 	var err error
 	a.timerSvc, err = timer.New(timer.Options{
-		Replica: replicaID(), Fire: cfg.hasRole("scanner"), Config: tc, Consume: cfg.hasRole("ingest"),
+		Replica: a.id, Fire: cfg.hasRole("scanner"), Config: tc, Consume: cfg.hasRole("ingest"),
 		Engine: cfg.Scanner, Now: a.clock.Now,
 		Limits:    timer.Limits{MaxPayload: cfg.Timers.MaxPayload, MaxIDLen: cfg.Ingest.MaxIDLen},
 		FireStore: a.scanStore,
@@ -177,7 +184,7 @@ func (a *App) newTimers(context.Context) error {
 // role, the listener and the routes.
 func (a *App) newAPI(context.Context) error {
 	cfg := a.cfg
-	so := stats.Options{Name: replicaID(), Roles: cfg.Roles, History: cfg.hasRole("api"), Store: a.store, Gatherer: a.reg,
+	so := stats.Options{Name: a.id, Roles: cfg.Roles, History: cfg.hasRole("api"), Store: a.store, Gatherer: a.reg,
 		Now: a.clock.Now, OutageAfter: cfg.Ingest.OutageAfter, Log: a.log.With("role", "stats")}
 	if a.alarms != nil {
 		so.Mutes = func(ctx context.Context) (int, error) {
