@@ -274,9 +274,9 @@ func (a *Alarms) rememberStorm(sc string, st stormState) {
 
 // StormView is what the API shows of a storm.
 type StormView struct {
-	ID      string `json:"id"` // the id of its started event
-	Scope   string `json:"scope"`
-	Group   string `json:"group,omitempty"`
+	ID    string `json:"id"` // the id of its started event
+	Scope string `json:"scope"`
+	Group string `json:"group,omitempty"`
 	State string `json:"state"` // active or ended
 	// Devices and Watched are the scope's lost and watched devices at its
 	// last transition (the start, or the end).
