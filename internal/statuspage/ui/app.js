@@ -4,6 +4,7 @@
 
 const POLL_MS = 1500;
 const PAGE = 50;
+const STORMS = 20; // storms listed
 const TOKEN_KEY = 'sigwatch.token';
 
 const $ = (id) => document.getElementById(id);
@@ -341,13 +342,16 @@ function heldFolds(held) {
     under += n;
     if (n === 0) continue;
     folds.push(s.scope === 'fleet'
-      ? { key: 'fleet', scope: 'fleet', n, label: 'device alarms held under the fleet storm', query: { state: 'held' }, keep: outside }
-      : { key: 'group:' + s.group, scope: 'group', group: s.group, n, label: 'device alarms held under the storm of group ' + s.group,
+      ? { key: 'fleet', scope: 'fleet', n, label: 'held under the fleet storm', query: { state: 'held' }, keep: outside }
+      : { key: 'group:' + s.group, scope: 'group', group: s.group, n, label: 'held under the storm of group ' + s.group,
         query: { state: 'held', group: s.group } });
   }
   const rest = (typeof held === 'number' ? held : 0) - under;
   if (rest > 0) {
-    folds.push({ key: 'waiting', n: rest, label: 'device alarms held, waiting out the storm hold', query: { state: 'held' }, keep: outside });
+    // The storm list is cut at STORMS: the rest may be under storms not shown.
+    const label = storms.length >= STORMS ? 'held under storms not listed, or waiting out the storm hold'
+      : 'held, waiting out the storm hold';
+    folds.push({ key: 'waiting', n: rest, label, query: { state: 'held' }, keep: outside });
   }
   return folds;
 }
@@ -405,7 +409,7 @@ function foldRow(f) {
   const tr = el('tr', null, 'fold');
   tr.dataset.fold = f.key;
   const open = expanded.has(f.key);
-  const td = el('td', (open ? '▾ ' : '▸ ') + num(f.n) + ' ' + f.label, 'fold-label');
+  const td = el('td', (open ? '▾ ' : '▸ ') + num(f.n) + (f.n === 1 ? ' device alarm ' : ' device alarms ') + f.label, 'fold-label');
   td.colSpan = 6;
   td.title = HELD;
   const btn = el('button', open ? 'hide' : 'show', 'fold-toggle');
@@ -747,7 +751,7 @@ async function refresh() {
     ['lost devices', fillPage('/v1/devices', { state: 'lost' }, 'devices', lostPager.cursor())],
     // Held alarms are folded under their storms, not listed one by one.
     ['alarms', fillPage('/v1/alarms', { state: 'active,acked,flapping' }, 'alarms', alarmsPager.cursor())],
-    ['storms', api('GET', '/v1/storms?limit=20')],
+    ['storms', api('GET', '/v1/storms?limit=' + STORMS)],
   ];
   const res = await Promise.allSettled(calls.map((c) => c[1]));
   if (res.some((r) => r.status === 'rejected' && r.reason.status === 401)) {
