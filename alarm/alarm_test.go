@@ -229,6 +229,29 @@ func (h *harness) keepAlive(typ string, ids ...string) (stop func()) {
 	return stop
 }
 
+// keepAliveSigs is keepAlive for signals with their groups.
+func (h *harness) keepAliveSigs(sigs []ingest.Sig) (stop func()) {
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			_ = h.in.Signals(ctx, sigs)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	h.stops = append(h.stops, stop)
+	return stop
+}
+
 // note is one notification as the stream stored it.
 type note = testenv.Event[dispatch.Alarm]
 

@@ -36,11 +36,13 @@
 //   - repeat.go: the repeat timers' handler of the shard/queue engine.
 //   - store.go, notify.go: the states in Redis, the one compare-and-set
 //     script, transitions and their notifications; mute.go: acks and mutes
-//     and their HASH; metrics.go: gauges and counts.
+//     and their HASH; metrics.go: gauges and counts (held alarms by the
+//     storm that holds them).
 //   - storm.go: group and fleet storms, their state and config, the storm
 //     hold of new device alarms, the API's view; stormrun.go: counting
 //     losses and recoveries into transitions, carried out with the scope
-//     alarm; stormstore.go: the scopes' lost sets, states and index.
+//     alarm; stormstore.go: the scopes' lost sets, states and index, their
+//     live counts, and the held alarms by storm as last counted.
 //   - rate.go: alarm.rate and alarm.rate_total, send slots reserved in
 //     Redis (one script) before a notification is published.
 //   - index.go: the open-alarm index, built once and kept by every

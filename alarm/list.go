@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/sigwatch/sigwatch/shard"
 )
@@ -27,7 +28,7 @@ type Listed struct {
 	Scope      string `json:"scope,omitempty"`
 	Group      string `json:"group,omitempty"`
 	Type       string `json:"type"`
-	State      string `json:"state"` // active, acked or flapping
+	State      string `json:"state"` // active, acked, flapping or held
 	Since      int64  `json:"since"`
 	Count      int    `json:"count"`
 	NextRepeat int64  `json:"next_repeat,omitempty"`
@@ -38,12 +39,43 @@ type Listed struct {
 }
 
 // Query selects a page of open alarms: State one of ListActive, ListAcked,
-// ListFlapping, ListMuted or "" (every open alarm), Type a type to keep (""
-// any), Limit at most shard.MaxListLimit (0: 100), Cursor the "next" of the
-// previous page.
+// ListFlapping, ListMuted, ListHeld, several of them separated by commas
+// (any of them), or "" (every open alarm); Type a type to keep ("" any),
+// Group a group to keep ("" any; a storm alarm belongs to its group), Limit
+// at most shard.MaxListLimit (0: 100), Cursor the "next" of the previous
+// page.
 type Query struct {
-	State, Type, Cursor string
-	Limit               int
+	State, Type, Group, Cursor string
+	Limit                      int
+}
+
+// states splits q.State into the states it keeps (none: every one).
+func (q Query) states() ([]string, error) {
+	if q.State == "" {
+		return nil, nil
+	}
+	out := strings.Split(q.State, ",")
+	for _, s := range out {
+		switch s {
+		case ListActive, ListAcked, ListFlapping, ListMuted, ListHeld:
+		default:
+			return nil, fmt.Errorf("%w: state %q: give active, acked, muted, flapping or held (or several, comma-separated), or none for every open alarm", ErrBadQuery, s)
+		}
+	}
+	return out, nil
+}
+
+// keeps says whether l is in one of states (none: every open alarm).
+func keeps(states []string, l Listed) bool {
+	if len(states) == 0 {
+		return true
+	}
+	for _, s := range states {
+		if s == l.State || s == ListMuted && l.Muted {
+			return true
+		}
+	}
+	return false
 }
 
 // ErrBadQuery is returned for a listing query out of range.
@@ -82,10 +114,9 @@ func listed(id string, st State, mutes []Mute, now int64) (Listed, bool) {
 // on the last). It pages over the open-alarm index, never over the idle
 // states; paging guarantees are shard's (see shard/pager.go).
 func (a *Alarms) List(ctx context.Context, q Query) ([]Listed, string, error) {
-	switch q.State {
-	case "", ListActive, ListAcked, ListFlapping, ListMuted, ListHeld:
-	default:
-		return nil, "", fmt.Errorf("%w: state %q: give active, acked, muted, flapping or held, or none for every open alarm", ErrBadQuery, q.State)
+	states, err := q.states()
+	if err != nil {
+		return nil, "", err
 	}
 	if err := a.ensureIndex(ctx, false); err != nil {
 		return nil, "", err
@@ -101,8 +132,7 @@ func (a *Alarms) List(ctx context.Context, q Query) ([]Listed, string, error) {
 			return Listed{}, false
 		}
 		l, ok := listed(id, st, mutes, now)
-		if !ok || q.Type != "" && st.Type != q.Type ||
-			q.State == ListMuted && !l.Muted || q.State != "" && q.State != ListMuted && l.State != q.State {
+		if !ok || q.Type != "" && st.Type != q.Type || q.Group != "" && l.Group != q.Group || !keeps(states, l) {
 			return Listed{}, false
 		}
 		return l, true

@@ -79,6 +79,9 @@ func TestOpenIndexAndListsFollowTransitions(t *testing.T) {
 		ListAcked:    {ids[1]},
 		ListMuted:    {ids[3]},
 		ListFlapping: nil,
+		// Several states: any of them.
+		ListActive + "," + ListAcked: {ids[1], ids[3], ids[4], ids[5]},
+		ListAcked + "," + ListMuted:  {ids[1], ids[3]},
 	} {
 		if got := listIDs(t, a, state); !slices.Equal(got, want) {
 			t.Errorf("state=%q lists %v, want %v", state, got, want)
@@ -114,7 +117,10 @@ func TestOpenIndexAndListsFollowTransitions(t *testing.T) {
 	if got, want := listIDs(t, a, ListActive), []string{ids[0], ids[3], ids[5]}; !slices.Equal(got, want) {
 		t.Errorf("after PutBack state=active lists %v, want %v", got, want)
 	}
-	if c, err := a.count(h.ctx); err != nil || c != (counts{raised: 3, acked: 1}) {
+	if c, _, err := a.count(h.ctx); err != nil || c != (counts{raised: 3, acked: 1}) {
 		t.Errorf("count = %+v, %v; want 3 raised, 1 acked", c, err)
+	}
+	if _, _, err := a.List(h.ctx, Query{State: "active,nope"}); err == nil {
+		t.Error("state=active,nope: no error, want the unknown state refused")
 	}
 }

@@ -117,17 +117,38 @@ func (m *metrics) set(c counts) {
 }
 
 // count counts the open alarms from the open-alarm index: the idle states
-// of every device that ever alarmed are not read.
-func (a *Alarms) count(ctx context.Context) (counts, error) {
+// of every device that ever alarmed are not read. Held alarms are counted
+// by the storm that holds them: their group's, else the fleet's, else ""
+// (waiting out the storm hold).
+func (a *Alarms) count(ctx context.Context) (counts, map[string]int64, error) {
 	if err := a.ensureIndex(ctx, true); err != nil {
-		return counts{}, fmt.Errorf("alarm: count alarms: %w", err)
+		return counts{}, nil, fmt.Errorf("alarm: count alarms: %w", err)
 	}
 	var out counts
-	err := a.openStates(ctx, func(_, v string) {
+	storms, err := a.Storms(ctx, 100)
+	if err != nil {
+		return counts{}, nil, fmt.Errorf("alarm: count storms: %w", err)
+	}
+	groupStorm := map[string]bool{}
+	fleetStorm := false
+	for _, s := range storms {
+		switch {
+		case s.State != StormActive:
+		case s.Scope == "fleet":
+			out.fleetStorms++
+			fleetStorm = true
+		default:
+			out.groupStorms++
+			groupStorm[s.Group] = true
+		}
+	}
+	held := map[string]int64{}
+	err = a.openStates(ctx, func(_, v string) {
 		var st struct {
-			Phase      Phase `json:"phase"`
-			AckedUntil int64 `json:"acked_until"`
-			Held       bool  `json:"held"`
+			Phase      Phase  `json:"phase"`
+			AckedUntil int64  `json:"acked_until"`
+			Held       bool   `json:"held"`
+			Group      string `json:"group"`
 		}
 		if json.Unmarshal([]byte(v), &st) != nil {
 			return
@@ -139,27 +160,22 @@ func (a *Alarms) count(ctx context.Context) (counts, error) {
 			out.acked++
 		case st.Phase == Active && st.Held:
 			out.held++
+			switch {
+			case st.Group != "" && groupStorm[st.Group]:
+				held[groupScope(st.Group)]++
+			case fleetStorm:
+				held[fleetScope]++
+			default:
+				held[""]++
+			}
 		case st.Phase == Active:
 			out.raised++
 		}
 	})
 	if err != nil {
-		return counts{}, fmt.Errorf("alarm: count alarms: %w", err)
+		return counts{}, nil, fmt.Errorf("alarm: count alarms: %w", err)
 	}
-	storms, err := a.Storms(ctx, 100)
-	if err != nil {
-		return counts{}, fmt.Errorf("alarm: count storms: %w", err)
-	}
-	for _, s := range storms {
-		switch {
-		case s.State != StormActive:
-		case s.Scope == "fleet":
-			out.fleetStorms++
-		default:
-			out.groupStorms++
-		}
-	}
-	return out, nil
+	return out, held, nil
 }
 
 // countLoop refreshes the active gauges every period while this replica
@@ -171,7 +187,11 @@ func (a *Alarms) countLoop(ctx context.Context, owned func() []int, every time.D
 			a.m.set(counts{})
 			return
 		}
-		c, err := a.count(ctx)
+		c, held, err := a.count(ctx)
+		if err == nil {
+			// Kept a few periods: a new owner of repeat shard 0 takes over.
+			err = a.writeHeld(ctx, held, max(5*every, 10*time.Second))
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				a.log.Warn("counting open alarms failed", "err", err)

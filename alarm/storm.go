@@ -274,14 +274,23 @@ func (a *Alarms) rememberStorm(sc string, st stormState) {
 
 // StormView is what the API shows of a storm.
 type StormView struct {
-	ID      string `json:"id"` // the id of its started event
-	Scope   string `json:"scope"`
-	Group   string `json:"group,omitempty"`
-	State   string `json:"state"` // active or ended
-	Devices int64  `json:"devices"`
-	Watched int64  `json:"watched"`
-	Since   int64  `json:"since"`
-	Ended   int64  `json:"ended,omitempty"`
+	ID    string `json:"id"` // the id of its started event
+	Scope string `json:"scope"`
+	Group string `json:"group,omitempty"`
+	State string `json:"state"` // active or ended
+	// Devices and Watched are the scope's lost and watched devices at its
+	// last transition (the start, or the end).
+	Devices int64 `json:"devices"`
+	Watched int64 `json:"watched"`
+	// Lost and Size are the scope's lost and watched devices now.
+	Lost int64 `json:"lost"`
+	Size int64 `json:"size"`
+	// Held counts, while the storm lasts, the device alarms it holds (a
+	// group's storm holds its devices'; the fleet's those of devices whose
+	// group has none), as the open alarms were last counted (every 2 s).
+	Held  int64 `json:"held"`
+	Since int64 `json:"since"`
+	Ended int64 `json:"ended,omitempty"`
 	// Alarm is the scope alarm's state.
 	Alarm View `json:"alarm"`
 }
@@ -299,6 +308,14 @@ func (a *Alarms) Storms(ctx context.Context, limit int) ([]StormView, error) {
 	if err != nil {
 		return nil, err
 	}
+	lost, size, err := a.liveCounts(ctx, scopes)
+	if err != nil {
+		return nil, err
+	}
+	held, err := a.readHeld(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var active, ended []StormView
 	for j, sc := range scopes {
 		st, err := parseStorm(raws[j])
@@ -307,7 +324,10 @@ func (a *Alarms) Storms(ctx context.Context, limit int) ([]StormView, error) {
 		}
 		scope, group := scopeName(sc)
 		v := StormView{ID: StormID(sc, st.Since, StormStarted), Scope: scope, Group: group, State: StormActive,
-			Devices: st.Devices, Watched: st.Watched, Since: st.Since}
+			Devices: st.Devices, Watched: st.Watched, Lost: lost[j], Size: size[j], Since: st.Since}
+		if st.Active {
+			v.Held = held[sc]
+		}
 		if al, ok, err := a.Get(ctx, ScopeAlarmID(sc)); err == nil && ok {
 			v.Alarm = al
 		}

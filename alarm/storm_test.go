@@ -163,3 +163,73 @@ func TestLossCountedAfterItsRecoveryIsTakenBack(t *testing.T) {
 		}
 	}
 }
+
+// TestStormViewIsLive: a storm's view shows its group's lost and watched
+// devices now, not at its start, and the device alarms it holds. Five of a
+// gateway's ten devices go dark and start its storm; three more follow:
+// the view says 8 lost of 10 (and 5 at the start), and, once the open
+// alarms are counted, 8 held under the storm, none waiting.
+func TestStormViewIsLive(t *testing.T) {
+	h := newHarness(t)
+	var first, second, rest []ingest.Sig
+	for k := range 10 {
+		s := ingest.Sig{ID: fmt.Sprintf("gwd-%d", k), Group: "gwd"}
+		switch {
+		case k < 5:
+			first = append(first, s)
+		case k < 8:
+			second = append(second, s)
+		default:
+			rest = append(rest, s)
+		}
+	}
+	for k := range 40 {
+		rest = append(rest, ingest.Sig{ID: fmt.Sprintf("other-%d", k), Group: "other"})
+	}
+	alive := func(sigs ...[]ingest.Sig) func() {
+		var all []ingest.Sig
+		for _, s := range sigs {
+			all = append(all, s...)
+		}
+		return h.keepAliveSigs(all)
+	}
+	alive(rest)
+	stopSecond := alive(second)
+	stopFirst := alive(first)
+	a, _ := h.alarmsWith("r1", policy(), stormOptions(50))
+	time.Sleep(300 * time.Millisecond)
+	stopFirst()
+	var v StormView
+	testenv.WaitFor(t, 10*time.Second, "the gwd storm", func() bool {
+		ss, err := a.Storms(h.ctx, 10)
+		if err != nil || len(ss) == 0 {
+			return false
+		}
+		v = ss[0]
+		return v.Group == "gwd" && v.State == StormActive
+	})
+	start := v.Devices
+	stopSecond()
+	testenv.WaitFor(t, 10*time.Second, "8 of 10 lost, 8 held under the storm", func() bool {
+		ss, err := a.Storms(h.ctx, 10)
+		if err != nil || len(ss) != 1 {
+			return false
+		}
+		v = ss[0]
+		return v.Lost == 8 && v.Held == 8
+	})
+	if v.Size != 10 || v.Devices != start || v.Watched != 10 {
+		t.Errorf("storm view %+v, want size 10 now, and %d of 10 at its start", v, start)
+	}
+	_, held, err := a.count(h.ctx)
+	if err != nil || len(held) != 1 || held[groupScope("gwd")] != 8 {
+		t.Errorf("held by storm %v (%v), want only 8 under group:gwd", held, err)
+	}
+	rows, _, err := a.List(h.ctx, Query{State: ListHeld, Group: "gwd"})
+	if err != nil || len(rows) != 8 {
+		t.Errorf("held alarms of group gwd: %d rows (%v), want 8", len(rows), err)
+	}
+	if rows, _, err := a.List(h.ctx, Query{State: ListHeld, Group: "other"}); err != nil || len(rows) != 0 {
+		t.Errorf("held alarms of group other: %d rows (%v), want none", len(rows), err)
+	}
+}

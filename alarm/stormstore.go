@@ -2,8 +2,10 @@ package alarm
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/sigwatch/sigwatch/shard"
 )
@@ -198,4 +200,70 @@ func (a *Alarms) stormScopes(ctx context.Context, limit int) (scopes, states []s
 		}
 	}
 	return scopes, states, nil
+}
+
+// liveCounts counts, now, the lost devices of each scope of scopes and its
+// watched devices (a group's members, lost or not; the fleet's deadlines
+// and lost marks, read at most a second ago), in one round trip.
+func (a *Alarms) liveCounts(ctx context.Context, scopes []string) (lost, size []int64, err error) {
+	cmds := make([]shard.Cmd, 0, 2*len(scopes))
+	for _, sc := range scopes {
+		cmds = append(cmds, shard.Cmd{Name: "ZCARD", Keys: []string{a.stormLostKey(sc)}})
+		if _, g := scopeName(sc); g != "" {
+			cmds = append(cmds, shard.Cmd{Name: "SCARD", Keys: []string{a.store.Keys().GroupMembers(g)}})
+		}
+	}
+	rs := a.store.DoMulti(ctx, cmds...)
+	lost, size = make([]int64, len(scopes)), make([]int64, len(scopes))
+	k := 0
+	for j, sc := range scopes {
+		if lost[j], err = rs[k].AsInt64(); err != nil {
+			return nil, nil, fmt.Errorf("alarm: count storm devices: %w", err)
+		}
+		k++
+		if _, g := scopeName(sc); g == "" {
+			if size[j], err = a.watched(ctx, sc); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		if size[j], err = rs[k].AsInt64(); err != nil {
+			return nil, nil, fmt.Errorf("alarm: count storm devices: %w", err)
+		}
+		k++
+	}
+	return lost, size, nil
+}
+
+// heldLeaf names the held alarms by the storm that holds them, as the
+// replica that counts the open alarms last counted them (JSON: scope →
+// count; "" for those waiting out the storm hold).
+const heldLeaf = "held"
+
+// writeHeld stores the held alarms by storm for ttl.
+func (a *Alarms) writeHeld(ctx context.Context, held map[string]int64, ttl time.Duration) error {
+	b, _ := json.Marshal(held)
+	if err := a.store.Do(ctx, "SET", []string{a.store.Keys().Meta(heldLeaf)}, string(b), "PX",
+		strconv.FormatInt(ttl.Milliseconds(), 10)).Error(); err != nil {
+		return fmt.Errorf("alarm: write held counts: %w", err)
+	}
+	return nil
+}
+
+// readHeld returns the held alarms by storm last counted (none if no
+// replica counted them lately).
+func (a *Alarms) readHeld(ctx context.Context) (map[string]int64, error) {
+	r := a.store.Do(ctx, "GET", []string{a.store.Keys().Meta(heldLeaf)})
+	if r.IsNil() {
+		return nil, nil
+	}
+	v, err := r.ToString()
+	if err != nil {
+		return nil, fmt.Errorf("alarm: read held counts: %w", err)
+	}
+	var held map[string]int64
+	if err := json.Unmarshal([]byte(v), &held); err != nil {
+		return nil, fmt.Errorf("alarm: held counts are corrupt: %w", err)
+	}
+	return held, nil
 }

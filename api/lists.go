@@ -43,7 +43,9 @@ func (a *API) getDevices(w http.ResponseWriter, r *http.Request) {
 }
 
 // getAlarms is GET /v1/alarms?state=active|acked|muted|flapping|held&type=T&
-// limit=N&cursor=C: one page of open alarms, as getDevices pages.
+// group=G&limit=N&cursor=C: one page of open alarms, as getDevices pages.
+// state may name several states, comma-separated (state=active,acked: the
+// alarms that are not held).
 func (a *API) getAlarms(w http.ResponseWriter, r *http.Request) {
 	n, err := limit(r, shard.MaxListLimit)
 	if err != nil {
@@ -52,7 +54,7 @@ func (a *API) getAlarms(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	rows, next, err := a.o.Alarms.List(r.Context(), alarm.Query{State: q.Get("state"), Type: q.Get("type"),
-		Cursor: q.Get("cursor"), Limit: n})
+		Group: q.Get("group"), Cursor: q.Get("cursor"), Limit: n})
 	if err != nil {
 		writeErr(w, err)
 		return

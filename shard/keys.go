@@ -206,7 +206,7 @@ var leaves = []leaf{
 	{"meta", "scanners", "shard"}, {"meta", "scanners:", "shard"}, {"meta", "overrides", "shard"},
 	{"meta", "overrides:v", "shard"}, {"meta", "types", "shard"}, {"meta", "reports", "stats"},
 	{"meta", "mutes", "alarm"}, {"meta", "storms", "alarm"}, {"meta", "open:built", "alarm"},
-	{"meta", "mqtt:", "ingest"},
+	{"meta", "mqtt:", "ingest"}, {"meta", "held", "alarm"},
 
 	{"r", "reg", "shard"}, {"r", "reg:", "shard"}, {"r", "grp:", "shard"}, {"r", "lost", "shard"},
 	{"r", "thrlock:", "shard"}, {"r", "tf", "shard"},

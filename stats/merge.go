@@ -58,6 +58,7 @@ func (s *Fleet) readReports(ctx context.Context, now time.Time) (fleetReports, e
 			f.alarms.Active = max(f.alarms.Active, a.Active)
 			f.alarms.Acked = max(f.alarms.Acked, a.Acked)
 			f.alarms.Flapping = max(f.alarms.Flapping, a.Flapping)
+			f.alarms.Held = max(f.alarms.Held, a.Held)
 		}
 	}
 	sort.Slice(f.procs, func(i, j int) bool { return f.procs[i].Name < f.procs[j].Name })

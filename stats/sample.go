@@ -24,6 +24,7 @@ const (
 	stateRaised   = "raised"
 	stateAcked    = "acked"
 	stateFlapping = "flapping"
+	stateHeld     = "held"
 )
 
 // Counts are the events a process counted over a span.
@@ -42,9 +43,12 @@ func (c Counts) plus(o Counts) Counts {
 	return Counts{c.Signals + o.Signals, c.Lost + o.Lost, c.Recovered + o.Recovered, c.Invalid + o.Invalid}
 }
 
-// AlarmCounts are the open alarms by state.
+// AlarmCounts are the open alarms by state. Held alarms are open but not
+// raised: a storm's one alarm speaks for them, or they wait out the storm
+// hold to see whether a storm takes them in.
 type AlarmCounts struct {
 	Active   int64 `json:"active"`
+	Held     int64 `json:"held"`
 	Acked    int64 `json:"acked"`
 	Flapping int64 `json:"flapping"`
 }
@@ -106,6 +110,8 @@ func readSample(at time.Time, mfs []*dto.MetricFamily) sample {
 						x.alarms.Acked = v
 					case stateFlapping:
 						x.alarms.Flapping = v
+					case stateHeld:
+						x.alarms.Held = v
 					}
 				}
 			}

@@ -27,6 +27,7 @@ type statsJSON struct {
 	Lost    int64 `json:"lost"`
 	Alarms  *struct {
 		Active   int64 `json:"active"`
+		Held     int64 `json:"held"`
 		Acked    int64 `json:"acked"`
 		Flapping int64 `json:"flapping"`
 		Mutes    int64 `json:"mutes"`

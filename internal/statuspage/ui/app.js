@@ -4,6 +4,7 @@
 
 const POLL_MS = 1500;
 const PAGE = 50;
+const STORMS = 20; // storms listed
 const TOKEN_KEY = 'sigwatch.token';
 
 const $ = (id) => document.getElementById(id);
@@ -251,10 +252,19 @@ function ackPath(row) {
   return '/v1/devices/' + encodeURIComponent(row.device) + '/ack';
 }
 
+// heldText says how many device alarms storm s holds; the fleet's storm
+// leaves those of devices whose group has a storm to that one.
+function heldText(s, rows) {
+  if (s.state !== 'active' || typeof s.held !== 'number') return '–';
+  const groups = rows.some((x) => x.scope === 'group' && x.state === 'active');
+  return num(s.held) + (s.scope === 'fleet' && groups ? ' (others under their group’s)' : '');
+}
+
 // renderStorms shows the storms going on and the latest ended ones; the
 // section stays hidden while there has been none.
 function renderStorms(data) {
   const rows = (data && data.storms) || [];
+  storms = rows;
   $('storms-section').hidden = rows.length === 0;
   const active = rows.filter((s) => s.state === 'active').length;
   $('storms-count').textContent = rows.length ? '(' + active + ' going on)' : '';
@@ -262,6 +272,8 @@ function renderStorms(data) {
     const tr = el('tr');
     const acts = el('td', null, 'buttons');
     const al = s.alarm || {};
+    // Older servers have only the counts of the storm's last transition.
+    const live = typeof s.lost === 'number' && typeof s.size === 'number';
     if (al.state && al.state !== 'idle') {
       const ack = el('button', 'ack', 'ack');
       ack.type = 'button';
@@ -272,14 +284,20 @@ function renderStorms(data) {
     tr.append(
       el('td', scopeLabel(s), 'id'),
       el('td', s.state, 'state ' + (s.state === 'active' ? 'raised' : 'ended')),
-      el('td', num(s.devices) + ' / ' + num(s.watched)),
+      el('td', num(live ? s.lost : s.devices) + ' / ' + num(live ? s.size : s.watched), 'lost-now'),
+      el('td', heldText(s, rows)),
       el('td', ago(s.since)),
       el('td', s.ended ? ago(s.ended) : '–'),
       el('td', al.state || '–'),
       acts,
     );
-    tr.cells[3].title = clockTime(s.since);
-    if (s.ended) tr.cells[4].title = clockTime(s.ended);
+    tr.dataset.scope = s.scope;
+    tr.dataset.group = s.group || '';
+    tr.cells[2].title = (live ? 'Lost now of the devices watched now; ' : '') + num(s.devices) + ' / ' + num(s.watched) +
+      (s.state === 'active' ? ' when it started' : ' when it ended');
+    tr.cells[3].title = 'Device alarms it holds: not sent while it lasts';
+    tr.cells[4].title = clockTime(s.since);
+    if (s.ended) tr.cells[5].title = clockTime(s.ended);
     return tr;
   }));
 }
@@ -303,50 +321,160 @@ $('storms').addEventListener('click', async (ev) => {
   poll();
 });
 
-function renderAlarms(data) {
+// storms is the last storm list; held the last count of held alarms, and
+// expanded the folds of held alarms the user opened (by key).
+let storms = [];
+const expanded = new Set();
+
+// heldFolds groups the held alarms by the storm that holds them: one fold
+// per storm going on, and one for those not under a storm shown here
+// (waiting out the storm hold, or under a storm beyond the list). A fold
+// says how to list its alarms: query, and keep for what the query cannot
+// filter.
+function heldFolds(held) {
+  const active = storms.filter((s) => s.state === 'active');
+  const stormGroups = new Set(active.filter((s) => s.scope === 'group').map((s) => s.group));
+  const outside = (a) => !stormGroups.has(a.group);
+  const folds = [];
+  let under = 0;
+  for (const s of active) {
+    const n = typeof s.held === 'number' ? s.held : 0;
+    under += n;
+    if (n === 0) continue;
+    folds.push(s.scope === 'fleet'
+      ? { key: 'fleet', scope: 'fleet', n, label: 'held under the fleet storm', query: { state: 'held' }, keep: outside }
+      : { key: 'group:' + s.group, scope: 'group', group: s.group, n, label: 'held under the storm of group ' + s.group,
+        query: { state: 'held', group: s.group } });
+  }
+  const rest = (typeof held === 'number' ? held : 0) - under;
+  if (rest > 0) {
+    // The storm list is cut at STORMS: the rest may be under storms not shown.
+    const label = storms.length >= STORMS ? 'held under storms not listed, or waiting out the storm hold'
+      : 'held, waiting out the storm hold';
+    folds.push({ key: 'waiting', n: rest, label, query: { state: 'held' }, keep: outside });
+  }
+  return folds;
+}
+
+// foldRows lists the first page of an opened fold's alarms.
+async function foldRows(f) {
+  if (!f.keep) return (await fillPage('/v1/alarms', f.query, 'alarms', '')).alarms;
+  const d = await api('GET', '/v1/alarms?' + query({ ...f.query, limit: PAGE }));
+  return ((d && d.alarms) || []).filter(f.keep);
+}
+
+function alarmRow(a) {
+  const tr = el('tr');
+  const who = a.scope ? scopeLabel(a) + ' (storm)' : a.device;
+  tr.dataset.device = a.device;
+  const state = a.muted && a.state !== 'muted' ? a.state + ', muted' : a.state;
+  let when = '–';
+  if (a.acked_until) when = 'acked ' + until(a.acked_until);
+  else if (a.next_repeat) when = a.next_repeat > Date.now() ? 'repeat ' + until(a.next_repeat) : 'repeat due';
+  const ack = el('button', 'ack', 'ack');
+  ack.type = 'button';
+  ack.dataset.device = a.device;
+  ack.dataset.scope = a.scope || '';
+  ack.dataset.group = a.group || '';
+  ack.dataset.action = 'ack';
+  const acts = el('td', null, 'buttons');
+  acts.append(ack);
+  if (!a.scope) {
+    // Mutes name a device or a type; a storm alarm is muted by its type.
+    const mute = el('button', 'mute', 'mute');
+    mute.type = 'button';
+    mute.dataset.device = a.device;
+    mute.dataset.action = 'mute';
+    acts.append(mute);
+  }
+  tr.append(
+    el('td', who, 'id'),
+    el('td', a.type || '–'),
+    el('td', state, 'state ' + String(a.state).replace(/[^a-z]/g, '')),
+    el('td', ago(a.since)),
+    el('td', num(a.count)),
+    el('td', when, 'when'),
+    acts,
+  );
+  tr.cells[0].title = who;
+  tr.cells[2].title = a.state === 'held' ? HELD : '';
+  tr.cells[3].title = clockTime(a.since);
+  return tr;
+}
+
+const HELD = 'held: the device is lost but its alarm is not sent: a storm speaks for it, or it waits out the storm hold';
+
+// foldRow is the one row that stands for a fold's held alarms.
+function foldRow(f) {
+  const tr = el('tr', null, 'fold');
+  tr.dataset.fold = f.key;
+  const open = expanded.has(f.key);
+  const td = el('td', (open ? '▾ ' : '▸ ') + num(f.n) + (f.n === 1 ? ' device alarm ' : ' device alarms ') + f.label, 'fold-label');
+  td.colSpan = 6;
+  td.title = HELD;
+  const btn = el('button', open ? 'hide' : 'show', 'fold-toggle');
+  btn.type = 'button';
+  btn.dataset.fold = f.key;
+  btn.setAttribute('aria-expanded', String(open));
+  const acts = el('td', null, 'buttons');
+  acts.append(btn);
+  tr.append(td, acts);
+  return tr;
+}
+
+// renderAlarms shows the open alarms that are not held, page by page, and
+// the held ones folded under the storm that holds them: one row per storm,
+// its alarms listed (first page) only when opened.
+function renderAlarms(data, held, opened) {
   const rows = (data && data.alarms) || [];
-  const body = $('alarms').tBodies[0];
-  body.replaceChildren(...rows.map((a) => {
-    const tr = el('tr');
-    const who = a.scope ? scopeLabel(a) + ' (storm)' : a.device;
-    tr.dataset.device = a.device;
-    const state = a.muted && a.state !== 'muted' ? a.state + ', muted' : a.state;
-    let when = '–';
-    if (a.acked_until) when = 'acked ' + until(a.acked_until);
-    else if (a.next_repeat) when = a.next_repeat > Date.now() ? 'repeat ' + until(a.next_repeat) : 'repeat due';
-    const ack = el('button', 'ack', 'ack');
-    ack.type = 'button';
-    ack.dataset.device = a.device;
-    ack.dataset.scope = a.scope || '';
-    ack.dataset.group = a.group || '';
-    ack.dataset.action = 'ack';
-    const acts = el('td', null, 'buttons');
-    acts.append(ack);
-    if (!a.scope) {
-      // Mutes name a device or a type; a storm alarm is muted by its type.
-      const mute = el('button', 'mute', 'mute');
-      mute.type = 'button';
-      mute.dataset.device = a.device;
-      mute.dataset.action = 'mute';
-      acts.append(mute);
+  // Storm alarms first: the folds of held alarms go under them.
+  const scopeKey = (a) => (a.scope === 'fleet' ? '' : '~' + a.group);
+  const sorted = [...rows.filter((a) => a.scope).sort((a, b) => scopeKey(a).localeCompare(scopeKey(b))), ...rows.filter((a) => !a.scope)];
+  const folds = heldFolds(held);
+  const out = sorted.map(alarmRow);
+  for (const f of folds.slice().reverse()) {
+    const group = [foldRow(f)];
+    if (expanded.has(f.key)) {
+      const list = opened[f.key] || [];
+      for (const a of list) {
+        const tr = alarmRow(a);
+        tr.classList.add('folded');
+        group.push(tr);
+      }
+      if (f.n > list.length) {
+        const more = el('tr', null, 'folded more');
+        const q = '/v1/alarms?' + query({ ...f.query });
+        const td = el('td', '… ' + num(f.n - list.length) + ' more: GET ' + q);
+        td.colSpan = 7;
+        more.append(td);
+        group.push(more);
+      }
     }
-    tr.append(
-      el('td', who, 'id'),
-      el('td', a.type || '–'),
-      el('td', state, 'state ' + String(a.state).replace(/[^a-z]/g, '')),
-      el('td', ago(a.since)),
-      el('td', num(a.count)),
-      el('td', when, 'when'),
-      acts,
-    );
-    tr.cells[0].title = who;
-    tr.cells[3].title = clockTime(a.since);
-    return tr;
-  }));
+    const at = out.findIndex((tr) => f.scope && tr.cells[0].textContent === scopeLabel(f) + ' (storm)');
+    out.splice(at >= 0 ? at + 1 : 0, 0, ...group);
+  }
+  for (const k of [...expanded]) if (!folds.some((f) => f.key === k)) expanded.delete(k);
+  $('alarms').tBodies[0].replaceChildren(...out);
   alarmsPager.showTable(rows, data);
+  if (folds.length) {
+    $('alarms').hidden = false;
+    $('alarms-empty').hidden = true;
+    const n = folds.reduce((t, f) => t + f.n, 0);
+    $('alarms-count').textContent = '(' + num(rows.length) + (data && data.next ? '+' : '') + ' on this page, ' + num(n) + ' held in ' +
+      folds.length + ' fold' + (folds.length === 1 ? '' : 's') + ')';
+  }
+  $('held-legend').hidden = !(typeof held === 'number' && held > 0) && !rows.some((a) => a.state === 'held');
 }
 
 $('alarms').addEventListener('click', async (ev) => {
+  const fold = ev.target.closest('button[data-fold]');
+  if (fold) {
+    const k = fold.dataset.fold;
+    if (expanded.has(k)) expanded.delete(k);
+    else expanded.add(k);
+    poll();
+    return;
+  }
   const btn = ev.target.closest('button[data-action]');
   if (!btn) return;
   const row = { device: btn.dataset.device, scope: btn.dataset.scope, group: btn.dataset.group };
@@ -375,25 +503,59 @@ $('alarms').addEventListener('click', async (ev) => {
 
 // --- counters ---
 
-function counter(dl, label, value, cls) {
+// counter adds a counter to dl; key names it for scripts (data-key), and a
+// tip explains it on hover.
+function counter(dl, label, value, cls, key, tip) {
   const d = el('div', null, cls ? 'counter ' + cls : 'counter');
-  d.append(el('dt', label), el('dd', value));
+  const dd = el('dd');
+  if (value instanceof Node) dd.append(value);
+  else dd.textContent = value;
+  d.append(el('dt', label), dd);
+  if (key) d.dataset.key = key;
+  if (tip) d.title = tip;
   dl.append(d);
+  return d;
 }
+
+// Alarm states in the header, in the order shown.
+const ALARM_STATES = ['active', 'held', 'acked', 'flapping', 'mutes'];
 
 function renderCounters(s, sh) {
   const dl = $('counters');
   dl.replaceChildren();
+  const note = $('counters-note');
+  note.hidden = true;
   if (s) {
-    counter(dl, 'watched', num(pick(s, 'watched')));
+    $('counters').dataset.at = pick(s, 'at') || '';
+    counter(dl, 'watched', num(pick(s, 'watched')), '', 'watched',
+      'Devices waiting for their next signal: each has a deadline and is not lost now.').dataset.value = pick(s, 'watched');
     const lost = pick(s, 'lost');
-    counter(dl, 'lost', num(lost), lost > 0 ? 'bad' : '');
+    counter(dl, 'lost', num(lost), lost > 0 ? 'bad' : '', 'lost',
+      'Devices lost now: silent past their threshold. Counts devices, each once.').dataset.value = lost;
     const alarms = pick(s, 'alarms');
     if (alarms && typeof alarms === 'object') {
-      const parts = Object.entries(alarms)
-        .filter(([, v]) => typeof v === 'number')
-        .map(([k, v]) => k + ' ' + num(v));
-      counter(dl, 'alarms', parts.length ? parts.join(' · ') : '0');
+      const dd = document.createDocumentFragment();
+      const keys = ALARM_STATES.filter((k) => typeof alarms[k] === 'number')
+        .concat(Object.keys(alarms).filter((k) => typeof alarms[k] === 'number' && !ALARM_STATES.includes(k)));
+      keys.forEach((k, j) => {
+        if (j) dd.append(' · ');
+        const part = el('span', k + ' ' + num(alarms[k]), 'part');
+        part.dataset.key = k;
+        part.dataset.value = alarms[k];
+        dd.append(part);
+      });
+      counter(dl, 'alarms', keys.length ? dd : '0', '', 'alarms',
+        'Open alarms by state: counts alarms, not devices. A storm raises one alarm for its group or the fleet, ' +
+        'and the alarms of its lost devices are held under it (not sent). mutes: mutes in force.');
+      const held = alarms.held || 0;
+      if (held > 0) {
+        const active = alarms.active || 0;
+        note.textContent = 'LOST counts devices, ALARMS counts alarms: ' +
+          (held === 1 ? 'the alarm of 1 lost device is held' : 'the alarms of ' + num(held) + ' lost devices are held') +
+          ', not sent, while a storm speaks for them (or the storm hold runs); ' +
+          num(active) + ' alarm' + (active === 1 ? ' is' : 's are') + ' raised. See “held” under Open alarms.';
+        note.hidden = false;
+      }
     }
     counter(dl, 'signals/s', num(pick(s, 'signals_per_sec'), 1));
     counter(dl, 'lost / min', num(pick(s, 'last_minute.lost')));
@@ -587,8 +749,9 @@ async function refresh() {
     ['stats', api('GET', '/v1/stats')],
     ['shards', api('GET', '/v1/shards')],
     ['lost devices', fillPage('/v1/devices', { state: 'lost' }, 'devices', lostPager.cursor())],
-    ['alarms', fillPage('/v1/alarms', {}, 'alarms', alarmsPager.cursor())],
-    ['storms', api('GET', '/v1/storms?limit=20')],
+    // Held alarms are folded under their storms, not listed one by one.
+    ['alarms', fillPage('/v1/alarms', { state: 'active,acked,flapping' }, 'alarms', alarmsPager.cursor())],
+    ['storms', api('GET', '/v1/storms?limit=' + STORMS)],
   ];
   const res = await Promise.allSettled(calls.map((c) => c[1]));
   if (res.some((r) => r.status === 'rejected' && r.reason.status === 401)) {
@@ -618,7 +781,6 @@ async function refresh() {
   if (down) {
     errs.splice(0, errs.length, 'sigwatch is not answering: showing the last data, retrying every ' + POLL_MS / 1000 + ' s.');
   }
-  showErrors(errs);
   if ('stats' in val || 'shards' in val) renderCounters(val.stats, val.shards);
   // Without an answer the chart keeps its last points, unless this sigwatch
   // has no stats at all.
@@ -626,8 +788,21 @@ async function refresh() {
   else if (res[0].reason.status === 404) renderChart(null);
   if ('shards' in val) renderShards(val.shards);
   if ('lost devices' in val) renderLost(val['lost devices']);
-  if ('alarms' in val) renderAlarms(val.alarms);
   if ('storms' in val) renderStorms(val.storms);
+  if ('alarms' in val) {
+    const held = val.stats ? pick(val.stats, 'alarms.held') : undefined;
+    const opened = {};
+    for (const f of heldFolds(held)) {
+      if (!expanded.has(f.key)) continue;
+      try {
+        opened[f.key] = await foldRows(f);
+      } catch (e) {
+        errs.push('held alarms: ' + e.message);
+      }
+    }
+    renderAlarms(val.alarms, held, opened);
+  }
+  showErrors(errs);
   const live = $('live');
   if (errs.length === 0) {
     live.textContent = 'live · ' + new Date().toLocaleTimeString();
