@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the servers sigwatch's tests, `sigwatch demo`, `sigwatch dev` (make run) and the
 # benchmarks start as child processes: redis-server, redis-cli, redis-sentinel, mosquitto and
-# mosquitto_passwd. The demo, `sigwatch dev` and the tests embed their own nats-server (the version
+# mosquitto_passwd, and mosquitto_pub for the README's first device. The demo, `sigwatch dev` and the tests embed their own nats-server (the version
 # go.mod pins), so they need none installed.
 #
 # `sigwatch run` on servers of your own needs Redis 6.2 or newer and nats-server 2.10 or newer with
@@ -18,7 +18,7 @@
 # for a password.
 set -euo pipefail
 
-bins="redis-server redis-cli redis-sentinel mosquitto mosquitto_passwd"
+bins="redis-server redis-cli redis-sentinel mosquitto mosquitto_passwd mosquitto_pub"
 pkgs="redis-server redis-sentinel mosquitto mosquitto-clients"
 if [ "${1:-}" = "--browser" ]; then
 	bins="$bins chromium nats-server"
