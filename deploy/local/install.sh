@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the servers sigwatch's tests, `sigwatch demo`, `sigwatch dev` (make run) and the
 # benchmarks start as child processes: redis-server, redis-cli, redis-sentinel, mosquitto and
-# mosquitto_passwd, and mosquitto_pub for the README's first device. The demo, `sigwatch dev` and the tests embed their own nats-server (the version
-# go.mod pins), so they need none installed.
+# mosquitto_passwd, and mosquitto_pub for the README's first device. The demo, `sigwatch dev` and
+# the tests embed their own nats-server (the version go.mod pins), so they need none installed.
 #
 # `sigwatch run` on servers of your own needs Redis 6.2 or newer and nats-server 2.10 or newer with
 # JetStream (-js); it checks both at start. Debian's nats-server package is older (2.9): get one with
