@@ -23,6 +23,7 @@ import (
 type listFlags struct {
 	c                  *apiClient
 	state, typ, cursor *string
+	group              *string // alarm ls only
 	limit              *int
 	all, json          *bool
 }
@@ -50,6 +51,9 @@ func (f listFlags) pages(ctx context.Context, path string, add func(body []byte)
 			if v != "" {
 				q.Set(k, v)
 			}
+		}
+		if f.group != nil && *f.group != "" {
+			q.Set("group", *f.group)
 		}
 		q.Set("limit", strconv.Itoa(*f.limit))
 		body, err := f.c.do(ctx, http.MethodGet, path+"?"+q.Encode(), nil)
@@ -109,11 +113,12 @@ func cmdDeviceList(ctx context.Context, args []string, stdout io.Writer) error {
 
 // cmdAlarm is `sigwatch alarm ls`.
 func cmdAlarm(ctx context.Context, args []string, stdout io.Writer) error {
-	const use = "usage: sigwatch alarm ls [--state active|acked|muted|flapping|held] [--type T] [--limit N] [--cursor C] [--all] [--json]"
+	const use = "usage: sigwatch alarm ls [--state active|acked|muted|flapping|held[,…]] [--type T] [--group G] [--limit N] [--cursor C] [--all] [--json]"
 	if len(args) == 0 || args[0] != "ls" {
 		return errors.New(use)
 	}
-	fs, f := newListFlags("alarm ls", "active, acked, muted, flapping or held (default: every open alarm)")
+	fs, f := newListFlags("alarm ls", "active, acked, muted, flapping or held, or several comma-separated (default: every open alarm)")
+	f.group = fs.String("group", "", "list only the alarms of this group's devices")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}

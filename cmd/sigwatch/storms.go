@@ -57,9 +57,15 @@ func stormLs(ctx context.Context, c *apiClient, asJSON bool, stdout io.Writer) e
 		return printJSON(stdout, l)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCOPE\tGROUP\tSTATE\tLOST\tWATCHED\tSINCE\tENDED\tALARM")
+	// An active storm's counts are the scope's now; an ended one's those
+	// of its end.
+	fmt.Fprintln(tw, "SCOPE\tGROUP\tSTATE\tLOST\tWATCHED\tHELD\tSINCE\tENDED\tALARM")
 	for _, s := range l.Storms {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", s.Scope, orDash(s.Group), s.State, s.Devices, s.Watched,
+		lost, watched := s.Lost, s.Size
+		if s.State != alarm.StormActive {
+			lost, watched = s.Devices, s.Watched
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", s.Scope, orDash(s.Group), s.State, lost, watched, s.Held,
 			msTime(s.Since), msTime(s.Ended), orDash(s.Alarm.State))
 	}
 	return tw.Flush()

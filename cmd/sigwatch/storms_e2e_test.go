@@ -173,8 +173,18 @@ func TestStorms(t *testing.T) {
 		t.Errorf("g0 storm started events %+v, want one with 100 watched and 50..100 lost", st)
 	}
 	out, err := runCLI(t, addr, "storm", "ls")
-	if err != nil || !strings.Contains(out, "g0") || !strings.Contains(out, alarm.StormActive) {
+	if err != nil || !strings.Contains(out, "g0") || !strings.Contains(out, alarm.StormActive) || !strings.Contains(out, "HELD") {
 		t.Errorf("storm ls during the storm: %v\n%s", err, out)
+	}
+	out, err = runCLI(t, addr, "alarm", "ls", "--state", "held", "--group", "g0", "--all", "--json")
+	var held api.AlarmList
+	if err != nil || json.Unmarshal([]byte(out), &held) != nil || len(held.Alarms) == 0 {
+		t.Errorf("alarm ls --state held --group g0 during the storm: %v\n%s", err, out)
+	}
+	for _, a := range held.Alarms {
+		if a.Group != "g0" || a.State != "held" {
+			t.Errorf("alarm ls --state held --group g0 lists %+v", a)
+		}
 	}
 
 	// 2. g0 back.
