@@ -13,6 +13,8 @@
 //   - respond.go: writeJSON, the error-to-status mapping, the limit of a
 //     listing, the id check ingest shares.
 //   - health.go: /healthz (liveness) and /readyz (readiness).
+//   - deadline.go: every /v1 request answered in time: 503 naming Redis
+//     or NATS while it is down, or after http.request_timeout.
 //   - devices.go: one device: get, remove, threshold, group (Device).
 //   - signals.go: POST /v1/signals (Signal).
 //   - lists.go: pages of devices and alarms (DeviceList, AlarmList).
