@@ -129,9 +129,9 @@ func (g *Guard) Establish(ctx context.Context) error {
 		// Redis holds data of a generation the registry moved past: an old
 		// replica or backup came back.
 		g.adopt(rec)
-		return g.incident(ctx, fmt.Sprintf("Redis holds generation %s, the registry says %s", rec.ID, meta.Generation), 0)
+		return g.incident(ctx, fmt.Sprintf("Redis holds generation %s, the registry says %s", rec.ID, meta.Generation), 0, true)
 	case installed:
-		return g.incident(ctx, "Redis holds no generation record but the registry knows this installation", 0)
+		return g.incident(ctx, "Redis holds no generation record but the registry knows this installation", 0, true)
 	}
 	return g.install(ctx, now)
 }
@@ -190,6 +190,7 @@ func (g *Guard) Run(ctx context.Context) error {
 	defer cp.Stop()
 	for {
 		var why string
+		certain := false
 		select {
 		case <-ctx.Done():
 			return nil
@@ -202,7 +203,7 @@ func (g *Guard) Run(ctx context.Context) error {
 			continue
 		}
 		if w := g.check(ctx); w != "" {
-			why = w
+			why, certain = w, true
 		} else if why != "" && !g.stillLost(ctx) {
 			why = "" // a restore by another process explained it
 		}
@@ -210,7 +211,7 @@ func (g *Guard) Run(ctx context.Context) error {
 			g.trackTopology(ctx)
 			continue
 		}
-		if err := g.incident(ctx, why, g.lossStart()); err != nil && ctx.Err() == nil {
+		if err := g.incident(ctx, why, g.lossStart(), certain); err != nil && ctx.Err() == nil {
 			g.o.Log.Error("restore after Redis data loss failed", "err", err)
 		}
 	}
@@ -257,14 +258,21 @@ func (g *Guard) lossStart() int64 {
 	return g.lastOK
 }
 
-// incident handles one loss: not ready until the data is restored, by this
-// process if it gets the restore lock, else by the one that has it.
-func (g *Guard) incident(ctx context.Context, why string, since int64) error {
-	g.m.losses.Inc()
+// incident handles one loss, certain (the generation record is missing or
+// behind) or in doubt (Redis restarted under a shard: the restore's check
+// against the registry judges): not ready until the data is restored, by
+// this process if it gets the restore lock, else by the one that has it.
+func (g *Guard) incident(ctx context.Context, why string, since int64, certain bool) error {
 	g.m.restoring.Set(1)
 	defer g.m.restoring.Set(0)
-	g.setReason("redis data loss: " + why + "; restoring")
-	g.o.Log.Error("Redis lost data; holding work until it is restored from the registry", "reason", why)
+	if certain {
+		g.m.losses.Inc()
+		g.setReason("redis data loss: " + why + "; restoring")
+		g.o.Log.Error("Redis lost data; holding work until it is restored from the registry", "reason", why)
+	} else {
+		g.setReason("redis restarted: " + why + "; checking it against the registry")
+		g.o.Log.Info("Redis restarted; holding work while its data is checked against the registry", "reason", why)
+	}
 	old := g.o.Store.Generation()
 	token := newID()
 	for {
@@ -276,7 +284,7 @@ func (g *Guard) incident(ctx context.Context, why string, since int64) error {
 		if err == nil {
 			got, lerr := g.o.Store.TakeLock(ctx, shard.RestoreLock, token, restoreLockTTL)
 			if lerr == nil && got {
-				err = g.restore(ctx, why, since, token)
+				err = g.restore(ctx, why, since, token, certain)
 				// A ttl of a millisecond releases the lock.
 				_, _ = g.o.Store.ExtendLock(context.WithoutCancel(ctx), shard.RestoreLock, token, time.Millisecond)
 				if err == nil {

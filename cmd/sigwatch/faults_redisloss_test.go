@@ -64,6 +64,7 @@ type lossRun struct {
 	recovered *testenv.Recorder[dispatch.Recovered]
 	system    *testenv.Recorder[dispatch.System]
 	d         *devices
+	proc      *proc
 	early     []string // silenced and reported lost before the loss
 }
 
@@ -81,7 +82,7 @@ func startLossRun(t *testing.T, env *testenv.Env, extra ...string) *lossRun {
 		t.Fatal(err)
 	}
 	r := &lossRun{t: t, addr: fmt.Sprintf("127.0.0.1:%d", port)}
-	startProc(t, env, "sigwatch", append([]string{"SIGWATCH_THRESHOLDS_DEFAULT=" + lossThreshold.String(),
+	r.proc = startProc(t, env, "sigwatch", append([]string{"SIGWATCH_THRESHOLDS_DEFAULT=" + lossThreshold.String(),
 		"SIGWATCH_ALARM_INTERVAL=" + lossInterval.String(), "SIGWATCH_HTTP_ADDR=" + r.addr,
 		"SIGWATCH_SCANNER_LEASE_TTL=" + lossLease.String()}, extra...)...)
 	conn := env.Conn(t)
