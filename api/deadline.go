@@ -46,6 +46,18 @@ func (a *API) deadline(next http.Handler) http.Handler {
 				if panicked != nil {
 					panic(panicked)
 				}
+				if ctx.Err() != nil && r.Context().Err() == nil {
+					writeError(w, http.StatusServiceUnavailable, a.timedOut(timeout))
+					return
+				}
+				// A dependency's failure answers 503: say which, if it is
+				// Redis that fails, before the probes have noticed.
+				if tw.code == http.StatusServiceUnavailable {
+					if why, down := a.o.Deps.Probe(r.Context(), "redis"); down {
+						writeError(w, http.StatusServiceUnavailable, "redis unavailable: "+why)
+						return
+					}
+				}
 				tw.copyTo(w)
 				return
 			case <-tick.C:
@@ -60,16 +72,21 @@ func (a *API) deadline(next http.Handler) http.Handler {
 					return
 				}
 			case <-ctx.Done():
-				msg := fmt.Sprintf("no answer within http.request_timeout (%v)", timeout)
-				if dep := a.o.Deps.First(); dep != "" {
-					why, _ := a.o.Deps.Down(dep)
-					msg = dep + " unavailable: " + why
-				}
-				tw.abandon(w, msg)
+				tw.abandon(w, a.timedOut(timeout))
 				return
 			}
 		}
 	})
+}
+
+// timedOut says why a request had no answer within timeout: a dependency
+// down, or only the time.
+func (a *API) timedOut(timeout time.Duration) string {
+	if dep := a.o.Deps.First(); dep != "" {
+		why, _ := a.o.Deps.Down(dep)
+		return dep + " unavailable: " + why
+	}
+	return fmt.Sprintf("no answer within http.request_timeout (%v)", timeout)
 }
 
 // timeoutWriter holds a handler's answer until it is done; once the

@@ -96,7 +96,18 @@ func ask(base string, r route) (int, string, time.Duration) {
 // that names it, and the process logs at most 30 lines for the whole
 // outage. Once Redis goes on, every route answers as it did before.
 func TestRedisStoppedAPIAnswersFast(t *testing.T) {
-	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
+	redisDown(t, 30*time.Second, false)
+}
+
+// TestRedisKilledAPIAnswersFast is the same with Redis gone (SIGKILL, then
+// started again with its data): every call fails at once then, which is
+// what flooded the log.
+func TestRedisKilledAPIAnswersFast(t *testing.T) {
+	redisDown(t, 15*time.Second, true)
+}
+
+func redisDown(t *testing.T, outage time.Duration, kill bool) {
+	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true, RedisPersist: kill})
 	port, err := servers.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +137,11 @@ func TestRedisStoppedAPIAnswersFast(t *testing.T) {
 	}
 
 	logAt := fileSize(t, p.log)
-	if err := env.Redis.Pause(); err != nil {
+	stop, cont := env.Redis.Pause, env.Redis.Resume
+	if kill {
+		stop, cont = env.Redis.Kill, env.Redis.Restart
+	}
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	paused := time.Now()
@@ -134,11 +149,12 @@ func TestRedisStoppedAPIAnswersFast(t *testing.T) {
 	resume := func() {
 		if !resumed {
 			resumed = true
-			_ = env.Redis.Resume()
+			if err := cont(); err != nil {
+				t.Error(err)
+			}
 		}
 	}
 	t.Cleanup(resume)
-	const outage = 30 * time.Second
 
 	// At the start of the outage, before it is known, every route answers
 	// within 2s: from what it had (a cached report), or 503 naming Redis.
@@ -181,8 +197,8 @@ func TestRedisStoppedAPIAnswersFast(t *testing.T) {
 	resume()
 	t.Logf("asked every route %d times; the log during the %v outage holds %d lines:\n%s",
 		rounds, outage, len(lines), strings.Join(lines, "\n"))
-	if len(lines) > 30 {
-		t.Errorf("got %d log lines during the outage, want at most 30", len(lines))
+	if most := int(outage / time.Second); len(lines) > most {
+		t.Errorf("got %d log lines during the outage, want at most %d", len(lines), most)
 	}
 
 	testenv.WaitFor(t, 20*time.Second, "every route answering as before", func() bool {

@@ -89,6 +89,44 @@ func (d *Deps) First() string {
 	return ""
 }
 
+// Probe probes the dependency name now, waiting at most probeLimit, and
+// reports whether it is down, and why: a caller whose call just failed
+// learns at once whether the dependency is what failed it.
+func (d *Deps) Probe(ctx context.Context, name string) (reason string, down bool) {
+	if d == nil {
+		return "", false
+	}
+	for _, p := range d.deps {
+		if p.name != name {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, probeLimit)
+		defer cancel()
+		res := make(chan error, 1)
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			res <- p.probe(pctx)
+		}()
+		var err error
+		select {
+		case err = <-res:
+		case <-pctx.Done():
+			err = pctx.Err()
+		}
+		if err != nil && ctx.Err() == nil {
+			p.mu.Lock()
+			if p.reason == "" {
+				d.set(p, reasonOf(p.name, err), time.Now())
+			} else {
+				p.mu.Unlock()
+			}
+		}
+		return d.Down(name)
+	}
+	return "", false
+}
+
 // Run probes every dependency until ctx is done, then waits for the probes
 // under way.
 func (d *Deps) Run(ctx context.Context) error {
