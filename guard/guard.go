@@ -53,7 +53,7 @@ type Guard struct {
 	mu       sync.Mutex
 	lastSeq  int64 // the generation sequence last seen
 	lastOK   int64 // when the generation was last found whole, unix ms
-	reported chan string
+	reported chan suspicion
 
 	// reason is why the process is not ready ("" when it is).
 	reason atomic.Pointer[string]
@@ -72,10 +72,12 @@ func New(o Options) *Guard {
 	if o.Checkpoint <= 0 {
 		o.Checkpoint = DefaultCheckpoint
 	}
-	g := &Guard{o: o, m: newMetrics(o.Registerer), reported: make(chan string, 1)}
+	g := &Guard{o: o, m: newMetrics(o.Registerer), reported: make(chan suspicion, 1)}
 	none := ""
 	g.reason.Store(&none)
-	o.Store.OnDataLoss(func(err error) { g.report("a shard refused work: " + err.Error()) })
+	// A refusal means a shard's Redis process changed: a restart, which
+	// the restore's check judges.
+	o.Store.OnDataLoss(func(err error) { g.report("a shard refused work: "+err.Error(), false) })
 	return g
 }
 
@@ -84,7 +86,7 @@ func New(o Options) *Guard {
 func (g *Guard) Watch(topo, alarmTopo *shard.Watcher) {
 	g.o.Topo, g.o.AlarmTopo = topo, alarmTopo
 	lower := func(seen, read shard.Topology) {
-		g.report(fmt.Sprintf("Redis holds topology epoch %d, below epoch %d already seen", read.Epoch, seen.Epoch))
+		g.report(fmt.Sprintf("Redis holds topology epoch %d, below epoch %d already seen", read.Epoch, seen.Epoch), true)
 	}
 	topo.OnLower(lower)
 	if alarmTopo != nil {
@@ -100,10 +102,17 @@ func (g *Guard) Ready() (bool, string) {
 
 func (g *Guard) setReason(r string) { g.reason.Store(&r) }
 
+// suspicion is what was seen of a loss: certain, or in doubt until the
+// restore has compared Redis with the registry.
+type suspicion struct {
+	why     string
+	certain bool
+}
+
 // report tells the guard that something looks like a loss.
-func (g *Guard) report(why string) {
+func (g *Guard) report(why string, certain bool) {
 	select {
-	case g.reported <- why:
+	case g.reported <- suspicion{why, certain}:
 	default:
 	}
 }
@@ -194,7 +203,8 @@ func (g *Guard) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case why = <-g.reported:
+		case s := <-g.reported:
+			why, certain = s.why, s.certain
 		case <-t.C:
 		case <-cp.C:
 			if err := g.checkpoint(ctx); err != nil && ctx.Err() == nil {
