@@ -17,6 +17,7 @@ import (
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/guard"
 	"github.com/sigwatch/sigwatch/ingest"
+	"github.com/sigwatch/sigwatch/internal/liveness"
 	"github.com/sigwatch/sigwatch/internal/statuspage"
 	"github.com/sigwatch/sigwatch/shard"
 	"github.com/sigwatch/sigwatch/stats"
@@ -27,16 +28,23 @@ import (
 type Config struct {
 	Addr  string `yaml:"addr"`
 	Token string `yaml:"token"`
+	// RequestTimeout is the longest a /v1 request waits for its answer
+	// before it is answered 503; while Redis or NATS is down the answer
+	// comes sooner, naming it.
+	RequestTimeout time.Duration `yaml:"request_timeout"`
 }
 
 // DefaultConfig listens on loopback only, where no token is needed.
-func DefaultConfig() Config { return Config{Addr: "127.0.0.1:8080"} }
+func DefaultConfig() Config { return Config{Addr: "127.0.0.1:8080", RequestTimeout: 10 * time.Second} }
 
 // Validate refuses an API open to the network without a token.
 func (c Config) Validate() error {
 	host, _, err := net.SplitHostPort(c.Addr)
 	if err != nil {
 		return fmt.Errorf("http.addr %q: %v", c.Addr, err)
+	}
+	if c.RequestTimeout <= 0 {
+		return fmt.Errorf("http.request_timeout %v: give a positive duration, e.g. 10s", c.RequestTimeout)
 	}
 	if !isLoopback(host) && c.Token == "" {
 		return fmt.Errorf("http.addr %s is not loopback: set http.token (SIGWATCH_HTTP_TOKEN) so the API is not open to the network", c.Addr)
@@ -71,8 +79,11 @@ type Options struct {
 	// progress, for /healthz.
 	Gatherer prometheus.Gatherer
 	Stalled  func() []string
-	Now      func() time.Time
-	Log      *slog.Logger
+	// Deps says whether Redis or NATS is down (nil: never), for the
+	// deadline of every /v1 request and /readyz.
+	Deps *liveness.Deps
+	Now  func() time.Time
+	Log  *slog.Logger
 }
 
 // API is the admin API of one process.
@@ -106,7 +117,6 @@ func (a *API) Handler() http.Handler {
 	v1.HandleFunc("GET /v1/shards", a.getShards)
 	v1.HandleFunc("POST /v1/shards/double", a.postShardsDouble)
 	v1.HandleFunc("GET /v1/stats", a.getStats)
-	v1.HandleFunc("GET /v1/events", a.getEvents)
 	v1.HandleFunc("GET /v1/storms", a.withAlarms(a.getStorms))
 	v1.HandleFunc("POST /v1/groups/{group}/ack", a.withAlarms(a.postGroupAck))
 	v1.HandleFunc("POST /v1/fleet/ack", a.withAlarms(a.postFleetAck))
@@ -120,7 +130,10 @@ func (a *API) Handler() http.Handler {
 			writeError(w, http.StatusServiceUnavailable, "timers are off here (timers.enabled: false)")
 		})
 	}
-	mux.Handle("/v1/", a.auth(jsonMisses(v1)))
+	// The event stream lasts as long as its reader and needs NATS alone:
+	// it is served without the deadline.
+	mux.Handle("GET /v1/events", a.auth(http.HandlerFunc(a.getEvents)))
+	mux.Handle("/v1/", a.auth(a.deadline(jsonMisses(v1))))
 	return jsonMisses(mux)
 }
 

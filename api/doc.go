@@ -14,6 +14,8 @@
 //     listing, the id check ingest shares, the body decoder that names an
 //     unknown field, and the JSON 404 and 405 of a route that is not there.
 //   - health.go: /healthz (liveness) and /readyz (readiness).
+//   - deadline.go: every /v1 request answered in time: 503 naming Redis
+//     or NATS while it is down, or after http.request_timeout.
 //   - devices.go: one device: get, remove, threshold, group (Device).
 //   - signals.go: POST /v1/signals (Signal).
 //   - lists.go: pages of devices and alarms (DeviceList, AlarmList).

@@ -23,7 +23,13 @@ func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	var problems []string
-	if err := a.o.Store.Ping(ctx); err != nil {
+	// Deps knows Redis is down without waiting on a client that may be
+	// reconnecting; a process without it asks Redis.
+	if a.o.Deps != nil {
+		if why, down := a.o.Deps.Down("redis"); down {
+			problems = append(problems, "redis: "+why)
+		}
+	} else if err := a.o.Store.Ping(ctx); err != nil {
 		problems = append(problems, err.Error())
 	}
 	if !a.o.Pub.Connected() {

@@ -73,7 +73,7 @@ func (g *Guard) whole(ctx context.Context) error {
 		return errors.New(why)
 	}
 	if why := g.check(ctx); why != "" {
-		g.report(why)
+		g.report(why, true)
 		return errors.New(why)
 	}
 	return g.o.Store.Vetted(ctx, g.o.Topo.Current().Shards)

@@ -6,6 +6,12 @@
 // seen, every known device watched again with a full threshold from the
 // end of the outage, lost devices still lost, alarms where they were.
 //
+// A generation record missing or behind is a loss. A shard whose Redis
+// process changed is only a restart, which may have kept everything: the
+// restore runs all the same and then judges, from what the registry knew
+// and Redis no longer held. Nothing missing is said at info level, with
+// no redis_data_loss event; anything missing is an error and the event.
+//
 // While a loss is open, shards refuse claims and first sightings (see
 // shard/generation.go): nothing fires from, and no device is first seen
 // in, data that may have been rolled back.

@@ -53,7 +53,7 @@ type Guard struct {
 	mu       sync.Mutex
 	lastSeq  int64 // the generation sequence last seen
 	lastOK   int64 // when the generation was last found whole, unix ms
-	reported chan string
+	reported chan suspicion
 
 	// reason is why the process is not ready ("" when it is).
 	reason atomic.Pointer[string]
@@ -72,10 +72,12 @@ func New(o Options) *Guard {
 	if o.Checkpoint <= 0 {
 		o.Checkpoint = DefaultCheckpoint
 	}
-	g := &Guard{o: o, m: newMetrics(o.Registerer), reported: make(chan string, 1)}
+	g := &Guard{o: o, m: newMetrics(o.Registerer), reported: make(chan suspicion, 1)}
 	none := ""
 	g.reason.Store(&none)
-	o.Store.OnDataLoss(func(err error) { g.report("a shard refused work: " + err.Error()) })
+	// A refusal means a shard's Redis process changed: a restart, which
+	// the restore's check judges.
+	o.Store.OnDataLoss(func(err error) { g.report("a shard refused work: "+err.Error(), false) })
 	return g
 }
 
@@ -84,7 +86,7 @@ func New(o Options) *Guard {
 func (g *Guard) Watch(topo, alarmTopo *shard.Watcher) {
 	g.o.Topo, g.o.AlarmTopo = topo, alarmTopo
 	lower := func(seen, read shard.Topology) {
-		g.report(fmt.Sprintf("Redis holds topology epoch %d, below epoch %d already seen", read.Epoch, seen.Epoch))
+		g.report(fmt.Sprintf("Redis holds topology epoch %d, below epoch %d already seen", read.Epoch, seen.Epoch), true)
 	}
 	topo.OnLower(lower)
 	if alarmTopo != nil {
@@ -100,10 +102,17 @@ func (g *Guard) Ready() (bool, string) {
 
 func (g *Guard) setReason(r string) { g.reason.Store(&r) }
 
+// suspicion is what was seen of a loss: certain, or in doubt until the
+// restore has compared Redis with the registry.
+type suspicion struct {
+	why     string
+	certain bool
+}
+
 // report tells the guard that something looks like a loss.
-func (g *Guard) report(why string) {
+func (g *Guard) report(why string, certain bool) {
 	select {
-	case g.reported <- why:
+	case g.reported <- suspicion{why, certain}:
 	default:
 	}
 }
@@ -129,9 +138,9 @@ func (g *Guard) Establish(ctx context.Context) error {
 		// Redis holds data of a generation the registry moved past: an old
 		// replica or backup came back.
 		g.adopt(rec)
-		return g.incident(ctx, fmt.Sprintf("Redis holds generation %s, the registry says %s", rec.ID, meta.Generation), 0)
+		return g.incident(ctx, fmt.Sprintf("Redis holds generation %s, the registry says %s", rec.ID, meta.Generation), 0, true)
 	case installed:
-		return g.incident(ctx, "Redis holds no generation record but the registry knows this installation", 0)
+		return g.incident(ctx, "Redis holds no generation record but the registry knows this installation", 0, true)
 	}
 	return g.install(ctx, now)
 }
@@ -190,10 +199,12 @@ func (g *Guard) Run(ctx context.Context) error {
 	defer cp.Stop()
 	for {
 		var why string
+		certain := false
 		select {
 		case <-ctx.Done():
 			return nil
-		case why = <-g.reported:
+		case s := <-g.reported:
+			why, certain = s.why, s.certain
 		case <-t.C:
 		case <-cp.C:
 			if err := g.checkpoint(ctx); err != nil && ctx.Err() == nil {
@@ -202,7 +213,7 @@ func (g *Guard) Run(ctx context.Context) error {
 			continue
 		}
 		if w := g.check(ctx); w != "" {
-			why = w
+			why, certain = w, true
 		} else if why != "" && !g.stillLost(ctx) {
 			why = "" // a restore by another process explained it
 		}
@@ -210,7 +221,7 @@ func (g *Guard) Run(ctx context.Context) error {
 			g.trackTopology(ctx)
 			continue
 		}
-		if err := g.incident(ctx, why, g.lossStart()); err != nil && ctx.Err() == nil {
+		if err := g.incident(ctx, why, g.lossStart(), certain); err != nil && ctx.Err() == nil {
 			g.o.Log.Error("restore after Redis data loss failed", "err", err)
 		}
 	}
@@ -257,14 +268,21 @@ func (g *Guard) lossStart() int64 {
 	return g.lastOK
 }
 
-// incident handles one loss: not ready until the data is restored, by this
-// process if it gets the restore lock, else by the one that has it.
-func (g *Guard) incident(ctx context.Context, why string, since int64) error {
-	g.m.losses.Inc()
+// incident handles one loss, certain (the generation record is missing or
+// behind) or in doubt (Redis restarted under a shard: the restore's check
+// against the registry judges): not ready until the data is restored, by
+// this process if it gets the restore lock, else by the one that has it.
+func (g *Guard) incident(ctx context.Context, why string, since int64, certain bool) error {
 	g.m.restoring.Set(1)
 	defer g.m.restoring.Set(0)
-	g.setReason("redis data loss: " + why + "; restoring")
-	g.o.Log.Error("Redis lost data; holding work until it is restored from the registry", "reason", why)
+	if certain {
+		g.m.losses.Inc()
+		g.setReason("redis data loss: " + why + "; restoring")
+		g.o.Log.Error("Redis lost data; holding work until it is restored from the registry", "reason", why)
+	} else {
+		g.setReason("redis restarted: " + why + "; checking it against the registry")
+		g.o.Log.Info("Redis restarted; holding work while its data is checked against the registry", "reason", why)
+	}
 	old := g.o.Store.Generation()
 	token := newID()
 	for {
@@ -276,7 +294,7 @@ func (g *Guard) incident(ctx context.Context, why string, since int64) error {
 		if err == nil {
 			got, lerr := g.o.Store.TakeLock(ctx, shard.RestoreLock, token, restoreLockTTL)
 			if lerr == nil && got {
-				err = g.restore(ctx, why, since, token)
+				err = g.restore(ctx, why, since, token, certain)
 				// A ttl of a millisecond releases the lock.
 				_, _ = g.o.Store.ExtendLock(context.WithoutCancel(ctx), shard.RestoreLock, token, time.Millisecond)
 				if err == nil {

@@ -13,11 +13,11 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	m := &metrics{
 		losses: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sigwatch_redis_data_loss_total",
-			Help: "Times this process found that Redis lost or rolled back data (generation missing or behind, a shard's Redis process changed, a lower topology).",
+			Help: "Times this process found that Redis lost or rolled back data (generation missing or behind, or a restart after which the registry check found data missing).",
 		}),
 		restoring: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sigwatch_redis_restoring",
-			Help: "1 while this process holds work because Redis lost data and is being restored.",
+			Help: "1 while this process holds work because Redis lost data or restarted, and is being checked and restored.",
 		}),
 		restoredDevices: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sigwatch_redis_restored_devices",

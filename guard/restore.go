@@ -16,6 +16,9 @@ const restoreBatch = 1000
 // restored counts what a restore put back.
 type restored struct {
 	Devices, Rearmed, Lost, Recovered, Alarms int
+	// Missing counts what the registry knew and Redis did not hold: a
+	// device's deadline, or the mark of its loss.
+	Missing int
 }
 
 // restore rebuilds Redis from the registry under the restore lock held
@@ -32,7 +35,7 @@ type restored struct {
 // just before to reach the stream.
 const inFlightSettle = 500 * time.Millisecond
 
-func (g *Guard) restore(ctx context.Context, why string, since int64, token string) error {
+func (g *Guard) restore(ctx context.Context, why string, since int64, token string, certain bool) error {
 	start := g.o.Now()
 	gen := newID()
 	if since <= 0 || since > start.UnixMilli() {
@@ -40,8 +43,9 @@ func (g *Guard) restore(ctx context.Context, why string, since int64, token stri
 		// threshold back may be ours.
 		since = start.Add(-g.o.Thresholds.Max()).UnixMilli()
 	}
-	g.publish(ctx, "redis_data_loss", "redis_data_loss@"+gen, map[string]any{"reason": why, "since": since})
-
+	if certain {
+		g.publish(ctx, "redis_data_loss", "redis_data_loss@"+gen, map[string]any{"reason": why, "since": since})
+	}
 	keep := func() error {
 		ok, err := g.o.Store.ExtendLock(ctx, shard.RestoreLock, token, restoreLockTTL)
 		if err == nil && !ok {
@@ -154,7 +158,20 @@ func (g *Guard) restore(ctx context.Context, why string, since int64, token stri
 	}
 	g.m.restoredDevices.Set(float64(n.Devices))
 	took := time.Since(start)
-	g.o.Log.Warn("Redis restored from the registry", "generation", gen, "devices", n.Devices, "rearmed", n.Rearmed,
+	// Judged after the restore, which compared Redis with the registry: a
+	// restart that kept its data (its append-only file whole) is routine.
+	switch {
+	case certain:
+	case g.o.Registry != nil && n.Missing == 0 && n.Recovered == 0:
+		g.o.Log.Info("Redis restarted; checked against the registry: nothing missing", "devices", n.Devices,
+			"reason", why, "generation", gen, "took", took)
+		return nil
+	default:
+		g.m.losses.Inc()
+		g.o.Log.Error("Redis lost data", "reason", why, "missing", n.Missing, "devices", n.Devices)
+		g.publish(ctx, "redis_data_loss", "redis_data_loss@"+gen, map[string]any{"reason": why, "since": since, "missing": n.Missing})
+	}
+	g.o.Log.Warn("Redis restored from the registry", "generation", gen, "devices", n.Devices, "missing", n.Missing, "rearmed", n.Rearmed,
 		"lost", n.Lost, "recovered_in_outage", n.Recovered, "alarms", n.Alarms, "shards", t.Shards, "epoch", t.Epoch,
 		"outage_start", since, "outage_end", end, "took", took)
 	g.publish(ctx, "redis_restored", "redis_restored@"+gen, map[string]any{
@@ -232,6 +249,20 @@ func (g *Guard) restoreDevices(ctx context.Context, s *shard.Store, t shard.Topo
 		i := shard.Of(r.ID, t.Shards)
 		byShard[i] = append(byShard[i], shard.Entry{ID: r.ID, Deadline: now.Add(thr).UnixMilli()})
 	}
+	// A lost device whose mark Redis no longer holds is missing.
+	ids := make([]string, len(lost))
+	for j, e := range lost {
+		ids[j] = e.ID
+	}
+	marks, err := s.LostMarks(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for j, e := range lost {
+		if marks[j] < e.Deadline {
+			n.Missing++
+		}
+	}
 	if err := s.RestoreRegistry(ctx, devs); err != nil {
 		return err
 	}
@@ -239,9 +270,12 @@ func (g *Guard) restoreDevices(ctx context.Context, s *shard.Store, t shard.Topo
 	if err != nil {
 		return err
 	}
-	if _, err := s.Upsert(ctx, shard.Deadlines, byShard); err != nil {
+	// A live device without a deadline in Redis is missing.
+	added, err := s.Upsert(ctx, shard.Deadlines, byShard)
+	if err != nil {
 		return err
 	}
+	n.Missing += len(added)
 	n.Devices += len(recs)
 	n.Rearmed += len(recs) - len(lost)
 	n.Lost += len(lost)

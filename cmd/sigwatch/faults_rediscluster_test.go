@@ -28,5 +28,5 @@ func TestRedisClusterMasterFailover(t *testing.T) {
 	if err := cl.WaitHealthy(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	r.check(time.Now(), 16)
+	r.check(time.Now(), 16, false)
 }

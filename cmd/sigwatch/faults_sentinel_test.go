@@ -29,5 +29,5 @@ func TestRedisSentinelFailover(t *testing.T) {
 	if _, err := rs.WaitFailover(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	r.check(time.Now(), 16)
+	r.check(time.Now(), 16, false)
 }

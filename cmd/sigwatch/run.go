@@ -21,6 +21,7 @@ import (
 	"github.com/sigwatch/sigwatch/ingest"
 	"github.com/sigwatch/sigwatch/internal/clock"
 	"github.com/sigwatch/sigwatch/internal/liveness"
+	"github.com/sigwatch/sigwatch/internal/ratelog"
 	"github.com/sigwatch/sigwatch/scanner"
 	"github.com/sigwatch/sigwatch/shard"
 	"github.com/sigwatch/sigwatch/stats"
@@ -74,6 +75,9 @@ type App struct {
 	api    *api.API
 	httpLn net.Listener
 	live   *liveness.Liveness // what /healthz answers
+	// deps knows whether Redis or NATS is down: the API answers 503 at
+	// once then, and the log groups the outage's warnings.
+	deps *liveness.Deps
 
 	// g runs the roles, the HTTP server and the watchers; done is closed
 	// once they stopped and the clients are closed, err is then the first
@@ -99,10 +103,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// Every warning and error goes out at most once per message and
+	// period, and once per period for a whole outage of Redis or NATS.
+	var deps *liveness.Deps
+	log = slog.New(ratelog.NewHandler(log.Handler(), ratelog.Every, nil, func() string { return deps.First() }))
+	deps = liveness.NewDeps(log.With("role", "deps"))
 	for _, w := range cfg.Warnings() {
 		log.Warn("config: " + w)
 	}
-	a := &App{cfg: cfg, id: processID(), log: log, reg: prometheus.NewRegistry(), g: newGroup(), done: make(chan struct{})}
+	a := &App{cfg: cfg, id: processID(), log: log, reg: prometheus.NewRegistry(), g: newGroup(), done: make(chan struct{}), deps: deps}
 	// A coordinator without progress for three lease times has lost its
 	// shards: stuck (liveness.New keeps at least a minute, for a hung Redis).
 	a.live = liveness.New(3 * cfg.Scanner.LeaseTTL)
@@ -139,6 +148,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 // the goroutine that shuts it down when ctx ends or a member fails.
 func (a *App) run(ctx context.Context) {
 	a.g.Go("clock", func(ctx context.Context) error { a.clock.Run(ctx); return nil })
+	a.g.Go("deps", a.deps.Run)
 	a.g.Go("topology", func(ctx context.Context) error { a.topo.Run(ctx); return nil })
 	a.guard.Watch(a.topo, a.repeatTopo)
 	a.g.Go("guard", a.guard.Run)

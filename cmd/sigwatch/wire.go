@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -47,6 +48,13 @@ func (a *App) connect(ctx context.Context) error {
 		return err
 	}
 	a.reg.MustRegister(natsConnected(a.pub))
+	a.deps.Add("redis", a.store.Ping)
+	a.deps.Add("nats", func(context.Context) error {
+		if !a.pub.Connected() {
+			return errors.New("not connected")
+		}
+		return nil
+	})
 	if a.pub.Mode() != dispatch.JetStream {
 		a.log.Warn("NATS core mode: no durable device registry; if Redis loses data, devices only it knew of are forgotten")
 		return nil
@@ -203,7 +211,7 @@ func (a *App) newAPI(context.Context) error {
 	a.api = api.New(api.Options{
 		Config: cfg.HTTP, MaxIDLen: cfg.Ingest.MaxIDLen, Store: a.store, Devices: a.devices, Pub: a.pub, Guard: a.guard,
 		Stats: a.stats, Registry: a.registry, Ingest: a.in, Alarms: a.alarms, Timers: a.timerSvc,
-		Gatherer: a.reg, Stalled: a.live.Stalled, Now: a.clock.Now, Log: a.log,
+		Gatherer: a.reg, Stalled: a.live.Stalled, Deps: a.deps, Now: a.clock.Now, Log: a.log,
 	})
 	return nil
 }

@@ -6,9 +6,11 @@
 // (see minStale). So a beat older than stale means a loop is stuck in this
 // process, and a restart helps; a dependency being down is readiness's
 // business (/readyz), and restarting pods for it would only add to the
-// outage.
+// outage. Deps is that readiness side: which of Redis and NATS is down.
 //
 // Files:
 //
 //   - liveness.go: the beats of the watched loops and which are stalled.
+//   - deps.go: Deps, which of Redis and NATS is down, from probes of its
+//     own; the API's deadlines and the log's grouping ask it.
 package liveness

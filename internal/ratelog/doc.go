@@ -5,4 +5,6 @@
 // Files:
 //
 //   - ratelog.go: Limiter: one line per key and period.
+//   - handler.go: Handler, the process's log: one warning or error line
+//     per message and period, one per period for a dependency's outage.
 package ratelog
