@@ -15,8 +15,9 @@ import (
 	"time"
 )
 
-// defaultTimeout bounds every call of a CLI verb to the API.
-const defaultTimeout = 10 * time.Second
+// defaultTimeout bounds every call of a CLI verb to the API: longer than the
+// API's own http.request_timeout (10s), so that its 503 saying why arrives first.
+const defaultTimeout = 15 * time.Second
 
 // apiClient is the HTTP API as every CLI verb reaches it: --api, --token
 // and --timeout, one deadline per call, and one-line errors.

@@ -59,7 +59,7 @@ func TestOutageRoutesCoverTheAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	have := map[string]bool{}
+	have := map[string]bool{"GET /v1/events": true} // asked by streamStarts
 	for _, r := range outageRoutes {
 		have[r.method+" "+r.pattern] = true
 	}
@@ -180,6 +180,10 @@ func redisDown(t *testing.T, outage time.Duration, kill bool) {
 				strings.Join(args, " "), err, took.Round(time.Millisecond), out)
 		}
 	}
+	// The event stream needs NATS alone: it goes on serving.
+	if code, took := streamStarts(base); code != http.StatusOK {
+		t.Errorf("GET /v1/events with Redis stopped: %d after %v, want the stream (200) within 2s", code, took.Round(time.Millisecond))
+	}
 	rounds := 0
 	for time.Since(paused) < outage-3*time.Second {
 		for _, r := range outageRoutes {
@@ -220,6 +224,21 @@ func redisDown(t *testing.T, outage time.Duration, kill bool) {
 			t.Errorf("%s %s after the outage: %d %s after %v, want %d", r.method, r.path, code, body, took, before[r.method+" "+r.path])
 		}
 	}
+}
+
+// streamStarts says whether GET /v1/events at base starts its stream (200
+// and the headers) within 2s.
+func streamStarts(base string) (int, time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/events?last=1", nil)
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, time.Since(start)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, time.Since(start)
 }
 
 // runCLITimed runs a sigwatch subcommand against the API at addr, killing

@@ -36,7 +36,7 @@ commands:
 
 events, device, alarm, mute, storm, timer, stats and shards talk to a running
 sigwatch's HTTP API: --api URL (env SIGWATCH_API, default http://127.0.0.1:8080),
---token (env SIGWATCH_HTTP_TOKEN), --timeout (env SIGWATCH_TIMEOUT, default 10s);
+--token (env SIGWATCH_HTTP_TOKEN), --timeout (env SIGWATCH_TIMEOUT, default 15s);
 they print tables with local times, or the API's JSON with --json.
 
 Every config key can be overridden by an environment variable,
