@@ -183,7 +183,7 @@ func (a *Alarms) Run(ctx context.Context) error {
 }
 
 // ErrNoAlarm is returned by Ack for a device without an open alarm.
-var ErrNoAlarm = errors.New("alarm: the device has no open alarm")
+var ErrNoAlarm = errors.New("the device has no open alarm")
 
 // View is what the API shows of a device's alarm.
 type View struct {
@@ -243,7 +243,7 @@ func (a *Alarms) Ack(ctx context.Context, id string, until time.Time) (View, err
 	var u int64
 	if !until.IsZero() {
 		if !until.After(now) {
-			return View{}, errors.New("alarm: ack until a time in the past: leave until out to resolve the alarm")
+			return View{}, errors.New("ack until a time in the past: leave until out to resolve the alarm")
 		}
 		u = until.UnixMilli()
 	}

@@ -42,7 +42,7 @@ func (m Mute) Covers(device, typ string, t int64) bool {
 
 // ErrBadMute is returned for a mute that names neither or both of a device
 // and a type, or ends before it starts.
-var ErrBadMute = errors.New("alarm: a mute needs exactly one of device or type, and an end after now")
+var ErrBadMute = errors.New("a mute needs exactly one of device or type, and an end after now")
 
 // AddMute stores m (its ID is assigned; Start defaults to now) and returns it.
 func (a *Alarms) AddMute(ctx context.Context, m Mute) (Mute, error) {

@@ -59,7 +59,7 @@ func (s *Store) Double(ctx context.Context, now time.Time) (Topology, error) {
 		return Topology{}, s.drainingErr(ctx, t)
 	}
 	if t.Shards*2 > MaxShards {
-		return Topology{}, fmt.Errorf("%w: %d shards is the most sigwatch supports; the topology stays at %d", ErrTooManyShards, MaxShards, t.Shards)
+		return Topology{}, refuse(ErrTooManyShards, "%d shards is the most sigwatch supports; the topology stays at %d", MaxShards, t.Shards)
 	}
 	// The layouts go up first: a writer can place a device under 2N only
 	// after reading the topology published below, so every claim after
@@ -102,8 +102,8 @@ func (s *Store) drainingErr(ctx context.Context, t Topology) error {
 		}
 		left = strconv.FormatInt(moved, 10)
 	}
-	return fmt.Errorf("%w: a doubling from %d to %d is still draining (%s moved devices left); wait for it to finish — see `sigwatch shards status`",
-		ErrDraining, t.Prev, t.Shards, left)
+	return refuse(ErrDraining, "a doubling from %d to %d is still draining (%s moved devices left); wait for it to finish — see `sigwatch shards status`",
+		t.Prev, t.Shards, left)
 }
 
 // finishScript ends a doubling once every old shard reported itself drained

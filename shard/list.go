@@ -36,7 +36,22 @@ type DeviceQuery struct {
 }
 
 // ErrBadQuery is returned for a listing query out of range.
-var ErrBadQuery = errors.New("shard: bad listing query")
+var ErrBadQuery = errors.New("bad listing query")
+
+// refusal is a caller's mistake as the API shows it: errors.Is finds its
+// sentinel, and its text is the detail alone, in the caller's words.
+type refusal struct {
+	is  error
+	msg string
+}
+
+func (r *refusal) Error() string { return r.msg }
+func (r *refusal) Unwrap() error { return r.is }
+
+// refuse returns the refusal of kind is, saying format.
+func refuse(is error, format string, args ...any) error {
+	return &refusal{is: is, msg: fmt.Sprintf(format, args...)}
+}
 
 // List returns one page of devices and the cursor of the next ("" on the
 // last page). See the top of this file for what paging guarantees.
@@ -45,7 +60,7 @@ func (d *Devices) List(ctx context.Context, q DeviceQuery) ([]ListedDevice, stri
 		q.Limit = 100
 	}
 	if q.Limit < 0 || q.Limit > MaxListLimit {
-		return nil, "", fmt.Errorf("%w: limit %d: give 1 to %d", ErrBadQuery, q.Limit, MaxListLimit)
+		return nil, "", refuse(ErrBadQuery, "limit %d: give 1 to %d", q.Limit, MaxListLimit)
 	}
 	var kinds []string
 	switch q.State {
@@ -56,7 +71,7 @@ func (d *Devices) List(ctx context.Context, q DeviceQuery) ([]ListedDevice, stri
 	case "":
 		kinds = []string{ListWatched, ListLost}
 	default:
-		return nil, "", fmt.Errorf("%w: state %q: give watched or lost, or none for both", ErrBadQuery, q.State)
+		return nil, "", refuse(ErrBadQuery, "state %q: give watched or lost, or none for both", q.State)
 	}
 	cur, err := decodeCursor(q.Cursor, kinds...)
 	if err != nil {

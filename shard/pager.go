@@ -49,7 +49,7 @@ import (
 const MaxListLimit = 1000
 
 // ErrBadCursor is returned for a cursor that is not one a listing returned.
-var ErrBadCursor = errors.New("shard: bad cursor: pass the \"next\" of the previous page unchanged")
+var ErrBadCursor = errors.New("bad cursor: pass the \"next\" of the previous page unchanged")
 
 // The kinds of listing a cursor belongs to: these two, or the leaf name of
 // the partition HASH a ListParts pages through.
@@ -317,7 +317,7 @@ func (s *Store) ListParts(ctx context.Context, q PartQuery) ([]PartEntry, string
 		q.Limit = 100
 	}
 	if q.Limit < 0 || q.Limit > MaxListLimit {
-		return nil, "", fmt.Errorf("%w: limit %d: give 1 to %d", ErrBadQuery, q.Limit, MaxListLimit)
+		return nil, "", refuse(ErrBadQuery, "limit %d: give 1 to %d", q.Limit, MaxListLimit)
 	}
 	cur, err := decodeCursor(q.Cursor, q.Leaf)
 	if err != nil {

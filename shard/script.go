@@ -21,13 +21,13 @@ var (
 	// could be read to place it again).
 	ErrStaleTopology = errors.New("shard: write refused: placed under an old topology")
 	// ErrDraining is returned by Double while the previous doubling drains.
-	ErrDraining = errors.New("shard: a doubling is still draining")
+	ErrDraining = errors.New("a doubling is still draining")
 	// ErrTopologyChanged is returned by Double when the topology moved
 	// between reading it and publishing the doubling.
-	ErrTopologyChanged = errors.New("shard: the topology changed")
+	ErrTopologyChanged = errors.New("the topology changed")
 	// ErrTooManyShards is returned by Double when doubling would exceed
 	// MaxShards.
-	ErrTooManyShards = errors.New("shard: too many shards")
+	ErrTooManyShards = errors.New("too many shards")
 	// ErrDataLoss is returned when a shard's generation is missing or not
 	// the caller's, or the Redis process serving it changed since it was
 	// vetted: Redis may have lost or rolled back data (see generation.go).
