@@ -32,7 +32,7 @@ func verbArgs(fs *flag.FlagSet, args []string, use string) (verb string, pos []s
 func parseAll(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return nil, err
 		}
 		if fs.NArg() == 0 {

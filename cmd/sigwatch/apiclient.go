@@ -75,7 +75,7 @@ func (c *apiClient) do(ctx context.Context, method, path string, body []byte) ([
 		return nil, c.transportError(ctx, method, path, err)
 	}
 	if resp.StatusCode >= 300 {
-		return nil, refusal(resp.StatusCode, b)
+		return nil, c.refusal(resp, b)
 	}
 	return b, nil
 }
@@ -117,19 +117,30 @@ func (c *apiClient) transportError(ctx context.Context, method, path string, err
 }
 
 // refusal is an answer other than success: the API's own message (its
-// JSON {"error": ...}), or the first line of whatever else came.
-func refusal(code int, body []byte) error {
+// JSON {"error": ...}); anything else did not come from sigwatch, and the
+// error says what came and where to point the CLI instead.
+func (c *apiClient) refusal(resp *http.Response, body []byte) error {
 	var e struct {
 		Error string `json:"error"`
 	}
 	if json.Unmarshal(body, &e) == nil && e.Error != "" {
 		return errors.New(e.Error)
 	}
-	line, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
-	if line == "" {
-		line = http.StatusText(code)
+	what := "an empty body"
+	trimmed := strings.TrimSpace(string(body))
+	switch ct := resp.Header.Get("Content-Type"); {
+	case strings.HasPrefix(ct, "text/html") || strings.HasPrefix(trimmed, "<"):
+		what = "an HTML page"
+	case json.Valid(body):
+		what = "JSON that is not sigwatch's"
+	case trimmed != "":
+		line, _, _ := strings.Cut(trimmed, "\n")
+		if len(line) > 80 {
+			line = line[:80] + "..."
+		}
+		what = fmt.Sprintf("%q", line)
 	}
-	return fmt.Errorf("HTTP %d: %s", code, line)
+	return fmt.Errorf("the API at %s answered %d with %s: is that sigwatch? (set --api or SIGWATCH_API)", *c.base, resp.StatusCode, what)
 }
 
 // printJSON writes v indented, for --json.

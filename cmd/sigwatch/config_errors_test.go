@@ -88,6 +88,7 @@ func TestConfigCheckSaysWhatItChecked(t *testing.T) {
 	want := []string{
 		"checked: no file (--config or SIGWATCH_CONFIG): the defaults, with SIGWATCH_MQTT_CLIENT_ID, SIGWATCH_REDIS_ADDRS from the environment\n",
 		"roles:   ingest, scanner, alarm, api\n",
+		"silence: lost after 30s of silence (thresholds.default)\n",
 		"redis:   10.0.0.1:6379 (key prefix sw)\n",
 		"nats:    nats://127.0.0.1:4222 (jetstream)\n",
 		"mqtt:    tcp://127.0.0.1:1883 as client id sw-a, topics devices/+/signal\n",

@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -21,9 +25,8 @@ func cmdConfig(args []string, stdout, stderr io.Writer) error {
 		return errors.New("usage: sigwatch config check [--config sigwatch.yaml]")
 	}
 	fs := flag.NewFlagSet("config check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	path := fs.String("config", os.Getenv("SIGWATCH_CONFIG"), "YAML config file (env SIGWATCH_CONFIG)")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
 	cfg, applied, err := loadConfig(*path, os.Environ())
@@ -51,6 +54,15 @@ func writeChecked(w io.Writer, cfg Config, path string, applied []string) {
 	}
 	fmt.Fprintf(w, "checked: %s, %s\n", src, env)
 	fmt.Fprintf(w, "roles:   %s\n", strings.Join(cfg.Roles, ", "))
+	silence := fmt.Sprintf("lost after %v of silence (thresholds.default)", cfg.Thresholds.Default)
+	if types := cfg.Thresholds.Types; len(types) > 0 {
+		var each []string
+		for _, t := range slices.Sorted(maps.Keys(types)) {
+			each = append(each, fmt.Sprintf("%s %v", t, types[t]))
+		}
+		silence += "; by type (thresholds.types): " + strings.Join(each, ", ")
+	}
+	fmt.Fprintf(w, "silence: %s\n", silence)
 	redis := strings.Join(cfg.Redis.Addrs, ", ")
 	if cfg.Redis.Sentinel.MasterSet != "" {
 		redis = fmt.Sprintf("master %s from the sentinels %s", cfg.Redis.Sentinel.MasterSet, redis)
@@ -68,26 +80,40 @@ func writeChecked(w io.Writer, cfg Config, path string, applied []string) {
 
 // cmdHealthcheck is `sigwatch healthcheck [URL]`: exit 0 when URL (default
 // the local /readyz) answers 200. Container images without a shell or curl
-// use it as their health check.
+// use it as their health check; its errors are one line, like every verb's.
 func cmdHealthcheck(ctx context.Context, args []string, stdout io.Writer) error {
 	url := "http://127.0.0.1:8080/readyz"
 	if len(args) > 0 {
 		url = args[0]
 	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	const within = 3 * time.Second
+	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("healthcheck URL %q: want e.g. http://127.0.0.1:8080/readyz", url)
 	}
 	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
+	var op *net.OpError
+	switch {
+	case err == nil:
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("no answer from %s within %v", url, within)
+	case errors.As(err, &op) && op.Op == "dial":
+		return fmt.Errorf("nothing answers at %s: is sigwatch running?", url)
+	default:
+		return fmt.Errorf("%s: %v", url, errors.Unwrap(err))
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s: %s", url, resp.Status, b)
+		var r struct {
+			Problems []string `json:"problems"`
+		}
+		if json.Unmarshal(b, &r) == nil && len(r.Problems) > 0 {
+			return fmt.Errorf("not ready: %s", strings.Join(r.Problems, "; "))
+		}
+		return fmt.Errorf("%s answered %s", url, resp.Status)
 	}
 	_, _ = stdout.Write(b)
 	return nil

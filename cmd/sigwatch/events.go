@@ -44,7 +44,7 @@ func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	since := fs.Duration("since", 0, "start with the events of this long ago (e.g. 10m)")
 	last := fs.Int("last", 0, "start with the last N events")
 	asJSON := fs.Bool("json", false, "print each event's JSON body, one a line")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -131,9 +131,9 @@ func (f *follower) follow(ctx context.Context) error {
 		watchdog.Stop()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		if resp.StatusCode < 500 {
-			return &refusedError{refusal(resp.StatusCode, b)}
+			return &refusedError{f.c.refusal(resp, b)}
 		}
-		return refusal(resp.StatusCode, b)
+		return f.c.refusal(resp, b)
 	}
 	f.connected = true
 	watchdog.Reset(eventsIdle)

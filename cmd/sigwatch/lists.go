@@ -74,7 +74,7 @@ func (f listFlags) pages(ctx context.Context, path string, add func(body []byte)
 // cmdDeviceList is `sigwatch device ls`.
 func cmdDeviceList(ctx context.Context, args []string, stdout io.Writer) error {
 	fs, f := newListFlags("device ls", "lost or watched (default: every known device, the watched first)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -119,7 +119,7 @@ func cmdAlarm(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fs, f := newListFlags("alarm ls", "active, acked, muted, flapping or held, or several comma-separated (default: every open alarm)")
 	f.group = fs.String("group", "", "list only the alarms of this group's devices")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

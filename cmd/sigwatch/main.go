@@ -11,6 +11,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/sigwatch/sigwatch/internal/yamlenv"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -42,6 +44,36 @@ they print tables with local times, or the API's JSON with --json.
 Every config key can be overridden by an environment variable,
 e.g. SIGWATCH_REDIS_ADDRS, SIGWATCH_NATS_URL, SIGWATCH_MQTT_BROKERS.
 `
+
+// commands are the verbs of usage, for the "did you mean" of a typo.
+var commands = []string{"run", "demo", "dev", "simulate", "events", "device", "alarm", "mute", "storm",
+	"timer", "stats", "shards", "config", "healthcheck", "version", "help"}
+
+// flagError is a verb's flags refused by its FlagSet, which printed
+// nothing: main prints the refusal once, then the verb's flags.
+type flagError struct {
+	err error
+	fs  *flag.FlagSet
+}
+
+func (e *flagError) Error() string { return e.err.Error() }
+func (e *flagError) Unwrap() error { return e.err }
+
+func (e *flagError) printUsage(w io.Writer) {
+	fmt.Fprintf(w, "usage of sigwatch %s:\n", e.fs.Name())
+	e.fs.SetOutput(w)
+	e.fs.PrintDefaults()
+}
+
+// parseFlags parses args into fs, leaving it to main to print a refusal
+// or the --help the flag package would print, so that each shows once.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		return &flagError{err, fs}
+	}
+	return nil
+}
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
@@ -92,10 +124,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 	default:
-		fmt.Fprintf(stderr, "sigwatch: unknown command %q\n\n%s", args[0], usage)
+		if s := yamlenv.Closest(args[0], commands); s != "" {
+			fmt.Fprintf(stderr, "sigwatch: unknown command %q: did you mean %s? (sigwatch help lists them all)\n", args[0], s)
+		} else {
+			fmt.Fprintf(stderr, "sigwatch: unknown command %q\n\n%s", args[0], usage)
+		}
 		return 2
 	}
-	if errors.Is(err, flag.ErrHelp) {
+	var fe *flagError
+	switch {
+	case errors.As(err, &fe) && errors.Is(err, flag.ErrHelp):
+		fe.printUsage(stdout)
+		return 0
+	case errors.As(err, &fe):
+		fmt.Fprintln(stderr, "sigwatch:", fe.err)
+		fe.printUsage(stderr)
+		return 2
+	case errors.Is(err, flag.ErrHelp):
 		return 0
 	}
 	if err != nil {
@@ -122,10 +167,9 @@ func newLogger(c LogConfig, w io.Writer) (*slog.Logger, error) {
 
 func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	path := fs.String("config", os.Getenv("SIGWATCH_CONFIG"), "YAML config file (env SIGWATCH_CONFIG)")
 	roles := fs.String("roles", "", "comma-separated roles to run (default: all): ingest,scanner,alarm,api")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg, err := LoadConfig(*path, os.Environ())

@@ -28,7 +28,7 @@ func cmdShards(ctx context.Context, args []string, stdout io.Writer) error {
 	c := apiFlags(fs)
 	path := fs.String("config", "", "read the shards on this config's Redis directly instead of through the API")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -95,7 +95,7 @@ func cmdShardsDouble(ctx context.Context, args []string, stdout io.Writer) error
 	c := apiFlags(fs)
 	path := fs.String("config", "", "double on this config's Redis directly instead of through the API")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *c.timeout)

@@ -14,7 +14,6 @@ import (
 // cmdSimulate publishes a simulated fleet's signals to any MQTT broker.
 func cmdSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	broker := fs.String("broker", "tcp://127.0.0.1:1883", "MQTT broker URL")
 	user := fs.String("username", "", "MQTT username")
 	pass := fs.String("password", "", "MQTT password")
@@ -26,7 +25,7 @@ func cmdSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	silenceCount := fs.Int("silence-count", 1, "devices silenced each time")
 	silenceFor := fs.Duration("silence-for", 30*time.Second, "how long they stay silent (0: forever)")
 	duration := fs.Duration("duration", 0, "stop after this long (0: until Ctrl-C)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	var ts []string

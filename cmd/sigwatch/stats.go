@@ -18,7 +18,7 @@ func cmdStats(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
 	c := apiFlags(fs)
 	asJSON := fs.Bool("json", false, "print the JSON of GET /v1/stats")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -38,7 +38,7 @@ func printStats(w io.Writer, v api.Stats) {
 	}
 	fmt.Fprintf(w, "watched %d  lost %d\n", v.Watched, v.Lost)
 	if a := v.Alarms; a != nil {
-		fmt.Fprintf(w, "alarms: active %d  acked %d  flapping %d  mutes %d\n", a.Active, a.Acked, a.Flapping, a.Mutes)
+		fmt.Fprintf(w, "alarms: active %d  held %d  acked %d  flapping %d  mutes %d\n", a.Active, a.Held, a.Acked, a.Flapping, a.Mutes)
 	}
 	fmt.Fprintf(w, "signals %.1f/s  lost %.1f/s\n", v.SignalsPerSec, v.LostPerSec)
 	m := v.LastMinute

@@ -226,6 +226,10 @@ func closest(s string, candidates []string) string {
 	return best
 }
 
+// Closest is the candidate nearest to s if it is near enough to be a typo
+// of it, else "": the suggestion of a "did you mean" beyond config keys.
+func Closest(s string, candidates []string) string { return closest(s, candidates) }
+
 // distance is the optimal string alignment distance between a and b:
 // insertions, deletions, substitutions and adjacent transpositions.
 func distance(a, b string) int {
