@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
@@ -152,5 +153,34 @@ func TestConfigCheckShowsThresholds(t *testing.T) {
 	want := "silence: lost after 45s of silence (thresholds.default); by type (thresholds.types): beacon 5m0s, tag 10m0s\n"
 	if !strings.Contains(out.String(), want) {
 		t.Errorf("config check printed:\n%s\nwant %q", out.String(), want)
+	}
+}
+
+// TestReadmeListsEventsFlags: README's CLI row of events names every flag
+// `events --help` has, beyond those every API verb takes.
+func TestReadmeListsEventsFlags(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for _, l := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(l, "| `events ") {
+			row = l
+		}
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"events", "--help"}, &out, &errOut); code != 0 || row == "" {
+		t.Fatalf("events --help: exit %d, %s; README row %q", code, errOut.String(), row)
+	}
+	for _, l := range strings.Split(out.String(), "\n") {
+		name, ok := strings.CutPrefix(l, "  -")
+		if !ok {
+			continue
+		}
+		name, _, _ = strings.Cut(name, " ")
+		if name != "api" && name != "token" && name != "timeout" && !strings.Contains(row, "[--"+name) && !strings.Contains(row, "| --"+name) {
+			t.Errorf("README's events row does not name --%s: %s", name, row)
+		}
 	}
 }

@@ -24,7 +24,8 @@ commands:
   demo       run on embedded Redis, MQTT and NATS with a simulated fleet (make demo)
   dev        run the service on Redis, Mosquitto and NATS it starts itself (make run)
   simulate   publish a simulated fleet's signals to an MQTT broker
-  events     follow what sigwatch publishes: [--lost] [--alarms] [--storms] [--device ID] [--since 10m | --last N]
+  events     follow what sigwatch publishes: [--lost] [--alarms] [--storms] [--system] [--timers] [--invalid]
+             [--device ID] [--since 10m | --last N] [--json]
   device     get|rm|threshold|group|ack <id>: one device; ls [--state lost|watched]: pages of devices
   alarm      ls [--state active|acked|muted|flapping|held]: the open alarms
   mute       add|ls|rm: mute the alarms of a device or a type for a while
