@@ -46,7 +46,7 @@ func (a *API) getEvents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	case err != nil:
-		writeError(w, http.StatusServiceUnavailable, err.Error())
+		writeError(w, http.StatusServiceUnavailable, plain(err))
 		return
 	}
 	defer es.Stop()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -43,8 +44,25 @@ func errStatus(err error) int {
 	return http.StatusServiceUnavailable
 }
 
-// writeErr answers err with the status errStatus gives it.
-func writeErr(w http.ResponseWriter, err error) { writeError(w, errStatus(err), err.Error()) }
+// writeErr answers err with the status errStatus gives it, in plain words.
+func writeErr(w http.ResponseWriter, err error) { writeError(w, errStatus(err), plain(err)) }
+
+// packages are the module's packages whose names start the parts of a
+// wrapped error, as the logs want them and the API's callers do not.
+var packages = []string{"shard", "queue", "alarm", "timer", "ingest", "dispatch", "scanner", "guard", "stats"}
+
+// plain is err's text without the package names that start its parts
+// ("shard: list: read registry: x" reads "list: read registry: x").
+func plain(err error) string {
+	parts := strings.Split(err.Error(), ": ")
+	out := parts[:0]
+	for j, p := range parts {
+		if j == len(parts)-1 || !slices.Contains(packages, p) {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, ": ")
+}
 
 // defaultLimit is the page size of a listing that names none.
 const defaultLimit = 100

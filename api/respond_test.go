@@ -42,6 +42,22 @@ func TestErrStatus(t *testing.T) {
 	}
 }
 
+// TestPlainErrors: a wrapped error reaches the API's callers without the
+// package names the logs keep.
+func TestPlainErrors(t *testing.T) {
+	for in, want := range map[string]string{
+		"shard: list: read registry: dial tcp 127.0.0.1:6379: connect: connection refused": "list: read registry: dial tcp 127.0.0.1:6379: connect: connection refused",
+		"timer: reset: dispatch: publish x: nats: timeout":                                 "reset: publish x: nats: timeout",
+		"ingest: signals: context canceled":                                                "signals: context canceled",
+		"bad timer: give after or at":                                                      "bad timer: give after or at",
+		"device id is empty":                                                               "device id is empty",
+	} {
+		if got := plain(errors.New(in)); got != want {
+			t.Errorf("%q: got %q, want %q", in, got, want)
+		}
+	}
+}
+
 // TestLimit: a listing's limit is 1 to its bound, defaultLimit when absent.
 func TestLimit(t *testing.T) {
 	for q, want := range map[string]int{"": defaultLimit, "?limit=1": 1, "?limit=1000": 1000, "?limit=0": 0, "?limit=1001": 0, "?limit=x": 0} {
