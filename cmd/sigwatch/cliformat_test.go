@@ -26,6 +26,8 @@ func TestEventLine(t *testing.T) {
 			"2030-01-02 15:04:05  alarm repeat    pump-1  type=pump  count=3"},
 		{"storm", `{"scope":"group","group":"gw-1","state":"started","devices":25,"watched":50,"at":` + itoa(ms) + `}`,
 			"2030-01-02 15:04:05  storm started   group gw-1  25 of 50 lost"},
+		{"storm", `{"scope":"group","group":"gw-1","state":"ended","devices":24,"watched":50,"at":` + itoa(ms) + `}`,
+			"2030-01-02 15:04:05  storm ended     group gw-1  24 of 50 still lost"},
 		{"system", `{"kind":"redis_restored","at":` + itoa(ms) + `,"details":{"missing":0}}`,
 			"2030-01-02 15:04:05  system          redis_restored  missing=0"},
 		{"timer", `{"queue":"orders","timer":"o-1","deadline":` + itoa(ms-12) + `,"fired_at":` + itoa(ms) + `,"payload":null}`,

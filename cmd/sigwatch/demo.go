@@ -124,7 +124,9 @@ sigwatch.alarm.<type> is raised, repeated every threshold while it stays
 silent, and resolved. Every %v a whole gateway goes dark: its devices are
 still reported lost one by one, but a person gets one storm (sigwatch.storm)
 and one group alarm instead of 50. A device you publish yourself is watched
-too, and shown here when it is lost or recovered.
+too, and shown here when it is lost or recovered. Each second below: the
+lost and recovered events so far, the alarms raised so far (one per silent
+device, one per dark gateway) and the storms.
 `, *devices, 2**threshold, *threshold, *gatewayEvery)
 	where.print(stdout, true)
 
@@ -156,18 +158,22 @@ too, and shown here when it is lost or recovered.
 				watched = float64(v.Devices)
 			}
 			lost, recovered, p50, p99 := w.stats()
-			fmt.Fprintf(stdout, "%4ds  watched %6.0f  signals/s %7.0f  lost %5d  recovered %5d  alarms %5d  fire lag p50 %4dms p99 %4dms\n",
-				int(time.Since(start).Seconds()), watched, signals-lastSignals, lost, recovered, w.alarmCount(), p50, p99)
+			a := w.alarmCounts()
+			fmt.Fprintf(stdout, "%4ds  watched %6.0f  signals/s %7.0f  lost %5d  recovered %5d  alarms raised %4d  storms %3d  fire lag p50 %4dms p99 %4dms\n",
+				int(time.Since(start).Seconds()), watched, signals-lastSignals, lost, recovered, a.raised, a.storms, p50, p99)
 			lastSignals = signals
 		}
 	}
 	stopFleet()
 	lost, recovered, _, p99 := w.stats()
+	a := w.alarmCounts()
 	fmt.Fprintf(stdout, `
-Summary: %d lost events, %d recovered, %d alarm notifications, %d storms, fire lag p99 %dms, %d signals published.
+Summary: %d lost events, %d recovered, fire lag p99 %dms, %d signals published.
+Alarms: %d raised, %d for single silent devices and %d for dark gateways in %d storms (one alarm
+for a gateway, not one per device); %d alarm notifications in all (raised, repeated, resolved).
 The demo's log and its servers' data are kept in %s.
 Run it for real on your own devices: make run (the same servers, deploy/sigwatch.yaml's settings).
-`, lost, recovered, w.alarmCount(), w.stormCount(), p99, fl.Sent(), dir)
+`, lost, recovered, p99, fl.Sent(), a.raised, a.raised-a.stormRaised, a.stormRaised, a.storms, a.messages, dir)
 	if *duration > 0 && lost == 0 {
 		return errors.New("demo: no device was reported lost")
 	}
@@ -192,16 +198,15 @@ func declareFleet(ctx context.Context, app *App, fl *fleet.Fleet, n int) error {
 }
 
 // watch tallies the events the demo receives. It follows which devices
-// of each group are lost, so that a storm is reported by the most of its
-// group lost at once, not by the count when it started or ended.
+// of each group are lost, so that a storm's end says the most of its
+// group lost at once besides the count the event carries.
 type watch struct {
 	out       io.Writer
 	fleet     string // the id prefix of the simulated devices
 	mu        sync.Mutex
-	storms    int
 	lost      int
 	recovered int
-	alarms    int
+	alarms    alarmCounts
 	lags      []int64
 	lostGroup map[string]string // device -> its group, while lost
 	lostCount map[string]int    // group ("" for the fleet) -> devices lost now
@@ -237,7 +242,16 @@ func (w *watch) onEvent(m *nats.Msg) {
 			}
 		}
 	case strings.HasPrefix(m.Subject, "sigwatch.alarm."):
-		w.alarms++
+		var ev dispatch.Alarm
+		if json.Unmarshal(m.Data, &ev) == nil {
+			w.alarms.messages++
+			if ev.State == alarm.Raised {
+				w.alarms.raised++
+				if ev.Device == "" { // a group's or the fleet's storm alarm
+					w.alarms.stormRaised++
+				}
+			}
+		}
 	case m.Subject == "sigwatch.storm":
 		var ev dispatch.Storm
 		if json.Unmarshal(m.Data, &ev) == nil {
@@ -269,29 +283,34 @@ func (w *watch) backNow(id string) {
 }
 
 // onStorm says a storm started, by how many were lost when it did, and
-// ended, by the most that were lost at once in it.
+// ended, by the most that were lost at once in it and by how many were
+// still lost as it ended (the count its event, `sigwatch events` and
+// `storm ls` show).
 func (w *watch) onStorm(ev dispatch.Storm) {
 	key, what := "", "the fleet"
 	if ev.Group != "" {
 		key, what = "group "+ev.Group, "group "+ev.Group
 	}
 	if ev.State == alarm.StormStarted {
-		w.storms++
+		w.alarms.storms++
 		w.peak[key] = max(w.lostCount[key], int(ev.Devices))
 		fmt.Fprintf(w.out, "      storm started: %s, %d of its %d devices lost so far: one alarm for all of them\n", what, ev.Devices, ev.Watched)
 		return
 	}
-	fmt.Fprintf(w.out, "      storm ended: %s, %d of its %d devices were lost at the worst; back under the storm's share, its alarm resolved\n",
-		what, max(w.peak[key], int(ev.Devices)), ev.Watched)
+	fmt.Fprintf(w.out, "      storm ended: %s, %d of its %d devices lost at the worst, %d still lost as it ended; its alarm resolved\n",
+		what, max(w.peak[key], int(ev.Devices)), ev.Watched, ev.Devices)
 }
 
-func (w *watch) stormCount() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.storms
+// alarmCounts tell one alarm per silent device or dark gateway apart from
+// the notifications an alarm sends while it lasts.
+type alarmCounts struct {
+	raised      int // alarms raised: a device's, or a storm's for its devices
+	stormRaised int // of which for a storm (a dark gateway, or the fleet)
+	storms      int // storms started
+	messages    int // notifications: raised, repeat, flapping, resolved
 }
 
-func (w *watch) alarmCount() int {
+func (w *watch) alarmCounts() alarmCounts {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.alarms

@@ -31,8 +31,10 @@ const defaultDevConfig = "deploy/sigwatch.yaml"
 // cmdDev runs the real service, started as `sigwatch run` starts it, with
 // a config file's settings and the SIGWATCH_* environment, on a Redis, a
 // NATS with JetStream and an MQTT broker it starts itself: only their
-// addresses replace the config's. It prints where everything is, at start
-// and every --remind, and each lost and recovered device.
+// addresses replace the config's. It prints where everything is at start,
+// each lost and recovered device, and where everything is again every
+// --remind when events have been printed since: a quiet terminal still
+// shows it.
 func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -40,7 +42,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	ports := fs.String("ports", "standard", "standard: MQTT 1883, NATS 4222, Redis 6379 and the API 8080 where free, free ports for the others; free: free ports only")
 	dir := fs.String("dir", "", "directory for the servers' data and the logs (default: a new one under the system's temp directory; kept when dev stops)")
 	broker := fs.String("broker", "auto", "MQTT broker to start: mosquitto, nats (its MQTT listener), or auto (mosquitto if installed)")
-	remind := fs.Duration("remind", 30*time.Second, "print where everything is again this often (0: only at start)")
+	remind := fs.Duration("remind", 30*time.Second, "print where everything is again this often, when events were printed since (0: only at start)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -119,7 +121,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 			return fmt.Errorf("%w (log: %s)", err, logFile.Name())
 		case <-tick:
-			where.print(stdout, false)
+			ev.remind(func() { where.print(stdout, false) })
 		}
 	}
 }
@@ -181,6 +183,12 @@ func (w devWhere) print(out io.Writer, full bool) {
 	if mqttPort != fmt.Sprint(stdMQTTPort) {
 		pub = fmt.Sprintf("mosquitto_pub -p %s -t %s -m hi", mqttPort, example)
 	}
+	// The CLI's hints name the API when it is not where the CLI looks by
+	// default, so that each works as pasted.
+	apiFlag := ""
+	if portOf(w.api) != fmt.Sprint(stdHTTPPort) {
+		apiFlag = " --api " + w.api
+	}
 	cfgName := w.cfgPath
 	if cfgName == "" {
 		cfgName = "none (built-in defaults)"
@@ -191,10 +199,10 @@ func (w devWhere) print(out io.Writer, full bool) {
 		fmt.Fprintln(out)
 	}
 	fmt.Fprintf(out, "  publish  %s   (broker %s, topic %s)\n", pub, w.srv.brokerURL, topic)
-	fmt.Fprintf(out, "  events   bin/sigwatch events   (or your own handler: nats sub -s %s '%s.>')\n", natsURL, w.cfg.NATS.Prefix)
+	fmt.Fprintf(out, "  events   bin/sigwatch events%s   (or your own handler: nats sub -s %s '%s.lost.>')\n", apiFlag, natsURL, w.cfg.NATS.Prefix)
 	fmt.Fprintf(out, "  status   %s/   (the API: %s/v1/...)\n", w.api, w.api)
 	if full {
-		fmt.Fprintf(out, "  lost     bin/sigwatch device ls --state lost\n")
+		fmt.Fprintf(out, "  lost     bin/sigwatch device ls --state lost%s\n", apiFlag)
 		fmt.Fprintf(out, "  nats     %s   subjects %s.lost.<type>, %s.recovered.<type>, %s.alarm.<type>, ... (stream %s)\n",
 			natsURL, w.cfg.NATS.Prefix, w.cfg.NATS.Prefix, w.cfg.NATS.Prefix, w.cfg.NATS.Stream)
 		fmt.Fprintf(out, "  redis    %s\n", w.srv.redis.Addr)
@@ -243,8 +251,20 @@ func topicPattern(c ingest.MQTTConfig) string {
 
 // devEvents prints each lost and recovered device.
 type devEvents struct {
-	out io.Writer
-	mu  sync.Mutex
+	out     io.Writer
+	mu      sync.Mutex
+	printed bool // an event line since where everything is was last printed
+}
+
+// remind calls print, which prints where everything is, when an event
+// line has been printed since the last time.
+func (e *devEvents) remind(print func()) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.printed {
+		e.printed = false
+		print()
+	}
 }
 
 func (e *devEvents) on(m *nats.Msg) {
@@ -256,7 +276,9 @@ func (e *devEvents) on(m *nats.Msg) {
 	switch {
 	case strings.Contains(m.Subject, ".lost.") && json.Unmarshal(m.Data, &lost) == nil:
 		fmt.Fprintf(e.out, "%s  lost       %s  (last signal %s)\n", now, lost.Device, time.UnixMilli(lost.LastSeen).Format("15:04:05"))
+		e.printed = true
 	case strings.Contains(m.Subject, ".recovered.") && json.Unmarshal(m.Data, &rec) == nil:
 		fmt.Fprintf(e.out, "%s  recovered  %s\n", now, rec.Device)
+		e.printed = true
 	}
 }

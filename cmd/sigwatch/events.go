@@ -250,6 +250,9 @@ func eventLine(name string, data []byte) string {
 			who = "group " + b.Group
 		}
 		what = fmt.Sprintf("%d of %d lost", b.Devices, b.Watched)
+		if b.State == "ended" { // the count as it ended, not the most lost in it
+			what = fmt.Sprintf("%d of %d still lost", b.Devices, b.Watched)
+		}
 	case "system":
 		who = b.Kind
 		var kv []string
