@@ -39,7 +39,6 @@ import (
 // user's own published there is watched too.
 func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	devices := fs.Int("devices", 3000, "simulated devices")
 	threshold := fs.Duration("threshold", 5*time.Second, "silence threshold")
 	duration := fs.Duration("duration", 0, "stop after this long (0: until Ctrl-C)")
@@ -48,7 +47,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	ports := fs.String("ports", "standard", "standard: MQTT 1883, NATS 4222, Redis 6379 and the API 8080 where free; free: free ports only")
 	remind := fs.Duration("remind", 30*time.Second, "print where everything is again this often (0: only at start)")
 	dirFlag := fs.String("dir", "", "directory for the servers' data and the logs (default: a new one under the system's temp directory; kept when the demo stops)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *ports != "standard" && *ports != "free" {

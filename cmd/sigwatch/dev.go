@@ -37,13 +37,12 @@ const defaultDevConfig = "deploy/sigwatch.yaml"
 // shows it.
 func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	path := fs.String("config", os.Getenv("SIGWATCH_CONFIG"), "YAML config file (env SIGWATCH_CONFIG; default "+defaultDevConfig+" when there)")
 	ports := fs.String("ports", "standard", "standard: MQTT 1883, NATS 4222, Redis 6379 and the API 8080 where free, free ports for the others; free: free ports only")
 	dir := fs.String("dir", "", "directory for the servers' data and the logs (default: a new one under the system's temp directory; kept when dev stops)")
 	broker := fs.String("broker", "auto", "MQTT broker to start: mosquitto, nats (its MQTT listener), or auto (mosquitto if installed)")
 	remind := fs.Duration("remind", 30*time.Second, "print where everything is again this often, when events were printed since (0: only at start)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *ports != "standard" && *ports != "free" {
