@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/sigwatch/sigwatch/shard"
@@ -59,7 +58,7 @@ func (q Query) states() ([]string, error) {
 		switch s {
 		case ListActive, ListAcked, ListFlapping, ListMuted, ListHeld:
 		default:
-			return nil, &refusal{ErrBadQuery, fmt.Sprintf("state %q: give active, acked, muted, flapping or held (or several, comma-separated), or none for every open alarm", s)}
+			return nil, shard.Refuse(ErrBadQuery, "state %q: give active, acked, muted, flapping or held (or several, comma-separated), or none for every open alarm", s)
 		}
 	}
 	return out, nil
@@ -80,16 +79,6 @@ func keeps(states []string, l Listed) bool {
 
 // ErrBadQuery is returned for a listing query out of range.
 var ErrBadQuery = errors.New("bad listing query")
-
-// refusal is a caller's mistake as the API shows it: errors.Is finds its
-// sentinel, and its text is the detail alone, in the caller's words.
-type refusal struct {
-	is  error
-	msg string
-}
-
-func (r *refusal) Error() string { return r.msg }
-func (r *refusal) Unwrap() error { return r.is }
 
 // listed is the row of an open state, and whether it is open at all.
 func listed(id string, st State, mutes []Mute, now int64) (Listed, bool) {

@@ -59,7 +59,7 @@ func (s *Store) Double(ctx context.Context, now time.Time) (Topology, error) {
 		return Topology{}, s.drainingErr(ctx, t)
 	}
 	if t.Shards*2 > MaxShards {
-		return Topology{}, refuse(ErrTooManyShards, "%d shards is the most sigwatch supports; the topology stays at %d", MaxShards, t.Shards)
+		return Topology{}, Refuse(ErrTooManyShards, "%d shards is the most sigwatch supports; the topology stays at %d", MaxShards, t.Shards)
 	}
 	// The layouts go up first: a writer can place a device under 2N only
 	// after reading the topology published below, so every claim after
@@ -102,7 +102,7 @@ func (s *Store) drainingErr(ctx context.Context, t Topology) error {
 		}
 		left = strconv.FormatInt(moved, 10)
 	}
-	return refuse(ErrDraining, "a doubling from %d to %d is still draining (%s moved devices left); wait for it to finish — see `sigwatch shards status`",
+	return Refuse(ErrDraining, "a doubling from %d to %d is still draining (%s moved devices left); wait for it to finish — see `sigwatch shards status`",
 		t.Prev, t.Shards, left)
 }
 

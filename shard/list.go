@@ -48,8 +48,9 @@ type refusal struct {
 func (r *refusal) Error() string { return r.msg }
 func (r *refusal) Unwrap() error { return r.is }
 
-// refuse returns the refusal of kind is, saying format.
-func refuse(is error, format string, args ...any) error {
+// Refuse returns the refusal of kind is, saying format: a caller's
+// mistake whose text the API shows as it is, with errors.Is finding is.
+func Refuse(is error, format string, args ...any) error {
 	return &refusal{is: is, msg: fmt.Sprintf(format, args...)}
 }
 
@@ -60,7 +61,7 @@ func (d *Devices) List(ctx context.Context, q DeviceQuery) ([]ListedDevice, stri
 		q.Limit = 100
 	}
 	if q.Limit < 0 || q.Limit > MaxListLimit {
-		return nil, "", refuse(ErrBadQuery, "limit %d: give 1 to %d", q.Limit, MaxListLimit)
+		return nil, "", Refuse(ErrBadQuery, "limit %d: give 1 to %d", q.Limit, MaxListLimit)
 	}
 	var kinds []string
 	switch q.State {
@@ -71,7 +72,7 @@ func (d *Devices) List(ctx context.Context, q DeviceQuery) ([]ListedDevice, stri
 	case "":
 		kinds = []string{ListWatched, ListLost}
 	default:
-		return nil, "", refuse(ErrBadQuery, "state %q: give watched or lost, or none for both", q.State)
+		return nil, "", Refuse(ErrBadQuery, "state %q: give watched or lost, or none for both", q.State)
 	}
 	cur, err := decodeCursor(q.Cursor, kinds...)
 	if err != nil {

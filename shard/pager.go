@@ -317,7 +317,7 @@ func (s *Store) ListParts(ctx context.Context, q PartQuery) ([]PartEntry, string
 		q.Limit = 100
 	}
 	if q.Limit < 0 || q.Limit > MaxListLimit {
-		return nil, "", refuse(ErrBadQuery, "limit %d: give 1 to %d", q.Limit, MaxListLimit)
+		return nil, "", Refuse(ErrBadQuery, "limit %d: give 1 to %d", q.Limit, MaxListLimit)
 	}
 	cur, err := decodeCursor(q.Cursor, q.Leaf)
 	if err != nil {
