@@ -251,6 +251,9 @@ func TestStormSurvivesKills(t *testing.T) {
 	const threshold, hold = time.Second, 2 * time.Second
 	cfg := append([]string{"SIGWATCH_THRESHOLDS_DEFAULT=" + threshold.String(), "SIGWATCH_STORM_HOLD=" + hold.String(),
 		"SIGWATCH_ALARM_INTERVAL=2s", "SIGWATCH_SCANNER_LEASE_TTL=1s", "SIGWATCH_ALARM_ACK_WAIT=2s",
+		// The killed ingest's successor waits out its MQTT client id claim
+		// (3s): that gap must be an outage, not silence of every group.
+		"SIGWATCH_INGEST_OUTAGE_AFTER=500ms",
 		"SIGWATCH_LOG_LEVEL=info"}, groupedConfig...)
 	full := func(name string) *proc { return startProc(t, env, name, cfg...) }
 	worker := func(name string) *proc { return startProc(t, env, name, append(cfg, "SIGWATCH_ROLES=alarm")...) }
