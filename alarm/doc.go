@@ -42,7 +42,12 @@
 //     hold of new device alarms, the API's view; stormrun.go: counting
 //     losses and recoveries into transitions, carried out with the scope
 //     alarm; stormstore.go: the scopes' lost sets, states and index, their
-//     live counts, and the held alarms by storm as last counted.
+//     live counts, and the held alarms by storm as last counted;
+//     stormrestore.go: the storms put back from the durable registry after
+//     Redis lost data.
+//   - durable.go: the alarm and storm states in the durable registry,
+//     written before their notifications are published, and the paces
+//     moved past the send slots a restore puts back.
 //   - rate.go: alarm.rate and alarm.rate_total, send slots reserved in
 //     Redis (one script) before a notification is published.
 //   - index.go: the open-alarm index, built once and kept by every
