@@ -46,7 +46,9 @@ func (g *Guard) restore(ctx context.Context, why string, since int64, token stri
 	if certain {
 		g.publish(ctx, "redis_data_loss", "redis_data_loss@"+gen, map[string]any{"reason": why, "since": since})
 	}
-	lk := &lockKeeper{g: g, ctx: ctx, token: token, at: time.Now()}
+	lk := &lockKeeper{g: g, ctx: ctx, token: token}
+	ctx, release := lk.during(ctx)
+	defer func() { _ = release() }()
 	keep := lk.keep
 	meta, _, err := g.meta(ctx)
 	if err != nil {
@@ -136,7 +138,7 @@ func (g *Guard) restore(ctx context.Context, why string, since int64, token stri
 		return err
 	}
 	g.o.Store.SetGeneration(gen)
-	if err := g.restoreAlarms(ctx, alarms, lost, lk, &n); err != nil {
+	if err := g.restoreAlarms(ctx, alarms, lost, &n); err != nil {
 		return err
 	}
 	end := g.o.Now().UnixMilli()

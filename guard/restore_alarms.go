@@ -5,16 +5,19 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
-// lockKeeper extends the restore lock while a restore runs.
+// lockKeeper extends the restore lock while a restore runs: a restore
+// longer than the lock's TTL (a large registry, many alarm states) keeps it,
+// and a second process does not start one beside it.
 type lockKeeper struct {
 	g     *Guard
 	ctx   context.Context
 	token string
-	at    time.Time // when the lock was last extended
 }
 
 // keep extends the lock now; it fails once another process holds it.
@@ -23,41 +26,70 @@ func (k *lockKeeper) keep() error {
 	if err == nil && !ok {
 		err = fmt.Errorf("guard: restore lock lost")
 	}
-	k.at = time.Now()
 	return err
 }
 
-// every extends the lock once a third of its time has passed since it was
-// last extended, so that no slow step lets it lapse.
-func (k *lockKeeper) every() error {
-	if time.Since(k.at) < k.g.o.RestoreLockTTL/3 {
-		return nil
+// during extends the lock every third of its time until the returned stop
+// is called, and cancels the context it returns once the lock is lost;
+// stop reports that loss.
+func (k *lockKeeper) during(ctx context.Context) (context.Context, func() error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	var lost error
+	go func() {
+		defer close(done)
+		t := time.NewTicker(k.g.o.RestoreLockTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := k.keep(); err != nil {
+					lost = err
+					cancel(err)
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() error {
+		cancel(nil)
+		<-done
+		if lost != nil {
+			return lost
+		}
+		return k.keep()
 	}
-	return k.keep()
 }
 
-// restoreAlarms puts back the storms, then the alarm states, one by one,
-// extending the restore lock as it goes.
-func (g *Guard) restoreAlarms(ctx context.Context, alarms [][2]string, lost []dispatch.DeviceRecord, lk *lockKeeper, n *restored) error {
+// restoreAlarmWorkers bounds the alarm states put back at once.
+const restoreAlarmWorkers = 16
+
+// restoreAlarms puts back the storms, then the alarm states, several at
+// once.
+func (g *Guard) restoreAlarms(ctx context.Context, alarms [][2]string, lost []dispatch.DeviceRecord, n *restored) error {
 	if g.o.RestoreStorms != nil {
 		if err := g.o.RestoreStorms(ctx, lost); err != nil {
 			return fmt.Errorf("guard: restore storms: %w", err)
-		}
-		if err := lk.keep(); err != nil {
-			return err
 		}
 	}
 	if g.o.RestoreAlarm == nil {
 		return nil
 	}
+	var eg errgroup.Group
+	eg.SetLimit(restoreAlarmWorkers)
 	for _, a := range alarms {
-		if err := g.o.RestoreAlarm(ctx, a[0], a[1]); err != nil {
-			return fmt.Errorf("guard: restore the alarm of %s: %w", a[0], err)
-		}
-		n.Alarms++
-		if err := lk.every(); err != nil {
-			return err
-		}
+		eg.Go(func() error {
+			if err := g.o.RestoreAlarm(ctx, a[0], a[1]); err != nil {
+				return fmt.Errorf("guard: restore the alarm of %s: %w", a[0], err)
+			}
+			return nil
+		})
 	}
+	if err := eg.Wait(); err != nil {
+		return err
+	}
+	n.Alarms += len(alarms)
 	return nil
 }

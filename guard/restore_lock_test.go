@@ -17,14 +17,14 @@ import (
 )
 
 // TestRestoreLongerThanLockKeepsOneRestorer: two processes see Redis come
-// back empty; the restore of 30 alarm states, 100 ms each, lasts five
-// times the restore lock's TTL, and still one process restores, each alarm
+// back empty; the restore of 48 alarm states, 500 ms each, lasts about
+// four times the restore lock's TTL, and still one process restores, each alarm
 // once, with one redis_data_loss and one redis_restored event.
 func TestRestoreLongerThanLockKeepsOneRestorer(t *testing.T) {
 	r := newRig(t)
 	ctx := t.Context()
 	system := testenv.RecordStream[dispatch.System](t, r.env.Conn(t), "SIGWATCH", "sigwatch.system")
-	const n, each, ttl = 30, 100 * time.Millisecond, 600 * time.Millisecond
+	const n, each, ttl = 48, 500 * time.Millisecond, 400 * time.Millisecond
 	var recs []dispatch.DeviceRecord
 	for i := range n {
 		recs = append(recs, dispatch.DeviceRecord{ID: fmt.Sprintf("dev-%02d", i), Alarm: fmt.Sprintf(`{"v":%d}`, i+1)})
