@@ -49,12 +49,26 @@ func (a *Alarms) RestoreStorms(ctx context.Context, lost []dispatch.DeviceRecord
 }
 
 // restoreLostSets adds each lost device to the lost sets of its scopes at
-// its lost deadline (a later one Redis holds stays).
+// its lost deadline (a later one Redis holds stays). A device whose lost
+// mark the restore cleared (it signalled after its loss, in data Redis
+// kept) is left out: its recovery is on its way.
 func (a *Alarms) restoreLostSets(ctx context.Context, lost []dispatch.DeviceRecord) error {
 	const page = 1000
 	for lo := 0; lo < len(lost); lo += page {
+		recs := lost[lo:min(lo+page, len(lost))]
+		ids := make([]string, len(recs))
+		for j, r := range recs {
+			ids[j] = r.ID
+		}
+		marks, err := a.store.LostMarks(ctx, ids)
+		if err != nil {
+			return fmt.Errorf("alarm: restore storm losses: %w", err)
+		}
 		var cmds []shard.Cmd
-		for _, r := range lost[lo:min(lo+page, len(lost))] {
+		for j, r := range recs {
+			if marks[j] < r.LostDeadline {
+				continue
+			}
 			for _, sc := range scopesOf(r.Group) {
 				cmds = append(cmds, shard.Cmd{Name: "ZADD", Keys: []string{a.stormLostKey(sc)},
 					Args: []string{"GT", strconv.FormatInt(r.LostDeadline, 10), r.ID}})
