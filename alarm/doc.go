@@ -12,7 +12,12 @@
 // one transition and one notification. Notifications are published after
 // the transition is stored and cleared from it only once JetStream has
 // them; their Nats-Msg-Id (NoteID) is derived from the transition, so
-// publishing one again after a crash is dropped by JetStream.
+// publishing one again after a crash is dropped by JetStream. Every state
+// is kept in the durable registry too, and one that announces a
+// notification is written there, acked, before the notification is
+// published; storms and their scope alarms likewise, per scope, so that a
+// restore after Redis lost data puts back what was announced (durable.go,
+// stormrestore.go).
 //
 // Repeat timers are not goroutines: they live in a second instance of the
 // sharded delay queue (shard.Keys.Alarm, family shard.Repeats) with its own
