@@ -12,7 +12,12 @@
 // one transition and one notification. Notifications are published after
 // the transition is stored and cleared from it only once JetStream has
 // them; their Nats-Msg-Id (NoteID) is derived from the transition, so
-// publishing one again after a crash is dropped by JetStream.
+// publishing one again after a crash is dropped by JetStream. Every state
+// is kept in the durable registry too, and one that announces a
+// notification is written there, acked, before the notification is
+// published; storms and their scope alarms likewise, per scope, so that a
+// restore after Redis lost data puts back what was announced (durable.go,
+// stormrestore.go).
 //
 // Repeat timers are not goroutines: they live in a second instance of the
 // sharded delay queue (shard.Keys.Alarm, family shard.Repeats) with its own
@@ -42,7 +47,12 @@
 //     hold of new device alarms, the API's view; stormrun.go: counting
 //     losses and recoveries into transitions, carried out with the scope
 //     alarm; stormstore.go: the scopes' lost sets, states and index, their
-//     live counts, and the held alarms by storm as last counted.
+//     live counts, and the held alarms by storm as last counted;
+//     stormrestore.go: the storms put back from the durable registry after
+//     Redis lost data.
+//   - durable.go: the alarm and storm states in the durable registry,
+//     written before their notifications are published, and the paces
+//     moved past the send slots a restore puts back.
 //   - rate.go: alarm.rate and alarm.rate_total, send slots reserved in
 //     Redis (one script) before a notification is published.
 //   - index.go: the open-alarm index, built once and kept by every

@@ -54,6 +54,12 @@ func (a *Alarms) flush(ctx context.Context, id string, st stored, fence dispatch
 		if len(keep) == len(st.Pending) {
 			return st, nil // every note waits for its slot
 		}
+		// What is announced is in the registry first.
+		if len(msgs) > 0 {
+			if err := a.persist(ctx, id, st); err != nil {
+				return st, fmt.Errorf("alarm: keep the state of %s before notifying: %w", id, err)
+			}
+		}
 		for j, err := range a.pub.PublishFenced(ctx, fence, msgs) {
 			if err != nil {
 				a.m.publishErrors.Inc()

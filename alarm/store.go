@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -143,20 +142,18 @@ func (a *Alarms) cas(ctx context.Context, id string, old stored, next State) (st
 }
 
 // remember queues a written state for the durable registry, which keeps it
-// unless it holds a later one.
+// unless it holds a later one; a scope alarm's, rare, is written at once.
 func (a *Alarms) remember(ctx context.Context, id string, version int64, raw string) {
 	if a.opts.Registry == nil {
 		return
 	}
-	a.opts.Registry.Later(ctx, id, func(r *dispatch.DeviceRecord, exists bool) (bool, bool) {
-		// A device the registry does not know (removed) gets no record
-		// from its alarm: it is not to be watched again.
-		if !exists || r.Alarm != "" && stateVersion(r.Alarm) >= version {
-			return false, false
+	if sc, ok := scopeOf(id); ok {
+		if err := a.persistScope(ctx, sc, "", raw); err != nil {
+			a.log.Warn("storm alarm state not written to the registry; written again at its next change", "scope", sc, "err", err)
 		}
-		r.Alarm = raw
-		return true, false
-	})
+		return
+	}
+	a.opts.Registry.Later(ctx, id, keepAlarm(version, raw))
 }
 
 // stateVersion reads the version of a raw state (0 if it does not parse).
@@ -189,6 +186,9 @@ func (a *Alarms) PutBack(ctx context.Context, id, raw string) error {
 			return err
 		}
 		if ok {
+			if err := a.reseat(ctx, st, a.opts.Now()); err != nil {
+				return err
+			}
 			return a.restore(ctx, id, st.wake(a.opts.Now().UnixMilli(), pendingRetry))
 		}
 	}

@@ -184,6 +184,10 @@ func (a *Alarms) flushStorm(ctx context.Context, sc string) error {
 		if err != nil || len(st.Pending) == 0 {
 			return err
 		}
+		// What is announced is in the registry first.
+		if err := a.persistScope(ctx, sc, raw, ""); err != nil {
+			return fmt.Errorf("alarm: keep storm %s before notifying: %w", sc, err)
+		}
 		for _, ev := range st.Pending {
 			msg, err := dispatch.Encode(a.pub.Subjects(), ev)
 			if err != nil {
@@ -213,6 +217,9 @@ func (a *Alarms) flushStorm(ctx context.Context, sc string) error {
 		if err != nil || ok {
 			if ok {
 				a.rememberStorm(sc, next)
+				// Kept without its sent transitions, which a restore
+				// would otherwise send again.
+				err = a.persistScope(ctx, sc, string(b), "")
 			}
 			return err
 		}

@@ -30,6 +30,8 @@
 //   - registry_write.go: first sightings in one asynchronous publish each,
 //     changes written in the background (Later, Run), and the stream's
 //     losses a restore reads (Losses).
+//   - registry_storm.go: the storm records of the registry (a storm's
+//     state and its scope alarm's, by a hash of the scope).
 //   - timers.go: the timer event, the work-queue stream of resets and its
 //     durable consumer, and the reset requests (ServeTimerResets), taken
 //     in batches.

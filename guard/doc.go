@@ -24,6 +24,8 @@
 //     topologies) and the backfill of an installation from before it.
 //   - checkpoint.go: the periodic copy of the lost marks into the
 //     registry, and whether Redis holds whole data.
-//   - restore.go: the restore of Redis from the durable registry.
+//   - restore.go: the restore of Redis from the durable registry;
+//     restore_alarms.go: its last step, the storms and alarm states put
+//     back, and the restore lock kept while it runs.
 //   - metrics.go: the guard's metrics.
 package guard

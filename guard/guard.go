@@ -32,6 +32,13 @@ type Options struct {
 	Thresholds *shard.Thresholds
 	// RestoreAlarm puts back an alarm state the registry kept (nil: none).
 	RestoreAlarm func(ctx context.Context, id, raw string) error
+	// RestoreStorms puts back the storms the registry kept and the scopes'
+	// lost sets, from the lost devices restored (nil: none). It runs before
+	// the alarms, so that a held alarm finds its storm.
+	RestoreStorms func(ctx context.Context, lost []dispatch.DeviceRecord) error
+	// RestoreLockTTL bounds how long a crashed restorer blocks the next
+	// one (default 15s); a live restorer extends it as it goes.
+	RestoreLockTTL time.Duration
 	// Initial is the shard count of a new installation.
 	Initial int
 	// Interval is how often the generation is checked (default 200ms).
@@ -71,6 +78,9 @@ func New(o Options) *Guard {
 	}
 	if o.Checkpoint <= 0 {
 		o.Checkpoint = DefaultCheckpoint
+	}
+	if o.RestoreLockTTL <= 0 {
+		o.RestoreLockTTL = restoreLockTTL
 	}
 	g := &Guard{o: o, m: newMetrics(o.Registerer), reported: make(chan suspicion, 1)}
 	none := ""
@@ -292,7 +302,7 @@ func (g *Guard) incident(ctx context.Context, why string, since int64, certain b
 			break
 		}
 		if err == nil {
-			got, lerr := g.o.Store.TakeLock(ctx, shard.RestoreLock, token, restoreLockTTL)
+			got, lerr := g.o.Store.TakeLock(ctx, shard.RestoreLock, token, g.o.RestoreLockTTL)
 			if lerr == nil && got {
 				err = g.restore(ctx, why, since, token, certain)
 				// A ttl of a millisecond releases the lock.
@@ -314,7 +324,7 @@ func (g *Guard) incident(ctx context.Context, why string, since int64, certain b
 	return nil
 }
 
-// restoreLockTTL bounds how long a crashed restorer blocks the next one.
+// restoreLockTTL is the default of Options.RestoreLockTTL.
 const restoreLockTTL = 15 * time.Second
 
 func newID() string {

@@ -46,13 +46,10 @@ func (g *Guard) restore(ctx context.Context, why string, since int64, token stri
 	if certain {
 		g.publish(ctx, "redis_data_loss", "redis_data_loss@"+gen, map[string]any{"reason": why, "since": since})
 	}
-	keep := func() error {
-		ok, err := g.o.Store.ExtendLock(ctx, shard.RestoreLock, token, restoreLockTTL)
-		if err == nil && !ok {
-			err = fmt.Errorf("guard: restore lock lost")
-		}
-		return err
-	}
+	lk := &lockKeeper{g: g, ctx: ctx, token: token}
+	ctx, release := lk.during(ctx)
+	defer func() { _ = release() }()
+	keep := lk.keep
 	meta, _, err := g.meta(ctx)
 	if err != nil {
 		return err
@@ -95,6 +92,7 @@ func (g *Guard) restore(ctx context.Context, why string, since int64, token stri
 
 	var n restored
 	var alarms [][2]string
+	var lost []dispatch.DeviceRecord
 	if g.o.Registry != nil {
 		// The stream's recent losses and recoveries come first: the
 		// registry catches up with them in the background.
@@ -116,6 +114,9 @@ func (g *Guard) restore(ctx context.Context, why string, since int64, token stri
 				alarms = append(alarms, [2]string{r.ID, r.Alarm})
 			}
 			hist.apply(&r)
+			if r.LostDeadline != 0 {
+				lost = append(lost, dispatch.DeviceRecord{ID: r.ID, Group: r.Group, LostDeadline: r.LostDeadline})
+			}
 			if batch = append(batch, r); len(batch) == restoreBatch {
 				return flush()
 			}
@@ -137,13 +138,8 @@ func (g *Guard) restore(ctx context.Context, why string, since int64, token stri
 		return err
 	}
 	g.o.Store.SetGeneration(gen)
-	if g.o.RestoreAlarm != nil {
-		for _, a := range alarms {
-			if err := g.o.RestoreAlarm(ctx, a[0], a[1]); err != nil {
-				return fmt.Errorf("guard: restore the alarm of %s: %w", a[0], err)
-			}
-			n.Alarms++
-		}
+	if err := g.restoreAlarms(ctx, alarms, lost, &n); err != nil {
+		return err
 	}
 	end := g.o.Now().UnixMilli()
 	if err := un.Watermarks().AddOutage(ctx, shard.Outage{Start: since, End: end}); err != nil {

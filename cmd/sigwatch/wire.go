@@ -81,6 +81,12 @@ func (a *App) establish(ctx context.Context) error {
 			}
 			return a.alarms.PutBack(ctx, id, raw)
 		},
+		RestoreStorms: func(ctx context.Context, lost []dispatch.DeviceRecord) error {
+			if a.alarms == nil {
+				return nil
+			}
+			return a.alarms.RestoreStorms(ctx, lost)
+		},
 		Initial: cfg.Shards.Initial, Now: a.clock.Now, Registerer: a.reg, Log: a.log.With("role", "guard"),
 	})
 	if err := a.guard.Establish(ctx); err != nil {
