@@ -20,6 +20,11 @@ type answers struct {
 	// waiting is when (unix ns) the oldest probe sent since the broker last
 	// delivered anything was sent; 0 when there is none.
 	waiting atomic.Int64
+	// handing is set while the handler hands a message over to the
+	// pipeline, which waits when the pipeline is full (Redis slow or down):
+	// paho reads nothing meanwhile, so the probes wait in the connection
+	// for ingest, not for the broker.
+	handing atomic.Bool
 }
 
 // sent records a probe sent at now.
@@ -33,15 +38,24 @@ func (a *answers) heard() {
 	}
 }
 
+// handOver runs before the handler hands a message over, handedOver
+// after: what is read next is as good as heard now.
+func (a *answers) handOver() { a.handing.Store(true) }
+
+func (a *answers) handedOver() {
+	a.handing.Store(false)
+	a.heard()
+}
+
 // forget drops what was waiting: the connection is down, which readiness
 // reports on its own.
 func (a *answers) forget() { a.waiting.Store(0) }
 
 // silentFor is how long the broker has left a probe unanswered, 0 if it
-// answers.
+// answers or ingest is not reading.
 func (a *answers) silentFor(now time.Time) time.Duration {
 	w := a.waiting.Load()
-	if w == 0 {
+	if w == 0 || a.handing.Load() {
 		return 0
 	}
 	return max(now.Sub(time.Unix(0, w)), 0)
@@ -50,12 +64,12 @@ func (a *answers) silentFor(now time.Time) time.Duration {
 // Answering reports whether the broker answers ingest: it says why not
 // (naming the broker) once the probes this member sends to itself have gone
 // unanswered for brokerSilence, with nothing else delivered meanwhile. A
-// member whose in-flight signals are all waiting for Redis reads nothing
-// from the broker, so it is not judged then. Without brokers, or while not
-// connected (see Connected), it reports true.
+// member whose pipeline is full (its signals waiting for Redis) reads
+// nothing from the broker, so it is not judged then. Without brokers, or
+// while not connected (see Connected), it reports true.
 func (in *Ingest) Answering() (bool, string) {
 	s := in.src
-	if len(s.opts.Brokers) == 0 || !s.connected() || len(in.pipe.slots) == cap(in.pipe.slots) {
+	if len(s.opts.Brokers) == 0 || !s.connected() {
 		return true, ""
 	}
 	d := s.answers.silentFor(time.Now())

@@ -115,7 +115,9 @@ func (s *source) onProbe(k int, m mqtt.Message) {
 		s.raiseEvidence(ev)
 	}
 	if barrier > 0 {
+		s.answers.handOver()
 		s.pipe.enqueueBarrier(barrier)
+		s.answers.handedOver()
 	}
 }
 

@@ -280,7 +280,9 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 	// An error means ingest is stopping: the message stays unacked. A
 	// persistent session gets it again next run; a clean (shared) one loses
 	// it, so the member then stays in its group's watermark.
+	s.answers.handOver()
 	_ = s.pipe.enqueue(context.Background(), sig)
+	s.answers.handedOver()
 }
 
 // cleanSession reports whether ingest connects with a clean session: one

@@ -19,8 +19,9 @@ type Liveness struct {
 // bounded client), and every call the watched loops make has one (the
 // coordinators' a third of the lease, ingest's 3s), so a loop goes a few
 // seconds without a beat at worst whatever Redis, NATS or the broker do:
-// 2.3s was measured with Redis hung for 45s, against 20s before the calls
-// were bounded.
+// about 4s was measured with Redis hung for 30s under signals (ingest's
+// flush retrying), where the alarm loop went 20s before the calls were
+// bounded.
 const minStale = 15 * time.Second
 
 type beat struct {
