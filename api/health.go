@@ -17,8 +17,9 @@ func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
-// readyz is the readiness probe: Redis, NATS, the broker (with ingest) and
-// Redis's data vetted by the guard.
+// readyz is the readiness probe: Redis, NATS, the broker (with ingest:
+// connected, and answering ingest's probes) and Redis's data vetted by the
+// guard.
 func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
@@ -37,6 +38,10 @@ func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	if a.o.Ingest != nil && !a.o.Ingest.Connected() {
 		problems = append(problems, "mqtt: not connected")
+	} else if a.o.Ingest != nil {
+		if ok, why := a.o.Ingest.Answering(); !ok {
+			problems = append(problems, "mqtt: "+why)
+		}
 	}
 	if ok, why := a.o.Guard.Ready(); !ok {
 		problems = append(problems, why)

@@ -94,6 +94,13 @@ func (b *breaks) attempt(broker string) {
 	b.broker = broker
 }
 
+// current is the broker of the latest connection attempt.
+func (b *breaks) current() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.broker
+}
+
 // connected records that the connection is subscribed again at now.
 func (b *breaks) connected(now int64) {
 	b.mu.Lock()

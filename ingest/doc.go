@@ -59,6 +59,8 @@
 //   - watermark.go: the watermark — barrier tracker, member reports.
 //   - breaks.go: the broker connection's breaks, reported with the
 //     watermark as outages, with the reconnect grace after a restart.
+//   - answer.go: whether the broker answers the probes, for readiness: a
+//     frozen broker is seen before the MQTT keep-alive notices it.
 //   - deadletter.go: the dead letters — refusal queue and forwarding.
 //   - publish.go: publishing events with retries (recovered, invalid).
 //   - parse.go: topic and timestamp rules, InvalidError; ids, types and

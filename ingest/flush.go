@@ -16,9 +16,10 @@ var storeBackoff = backoff.Policy{Base: 10 * time.Millisecond, Max: time.Second}
 
 // flush stores one batch and acks its signals. Each id's latest deadline
 // is written once per batch. A failed write is retried (it is idempotent)
-// until it succeeds or ctx ends; nothing is acked before it is stored. idx
-// and es are scratch space, es is returned for reuse.
-func (p *pipeline) flush(ctx context.Context, b *batch, idx map[string]int, es []shard.Entry) []shard.Entry {
+// until it succeeds or ctx ends; nothing is acked before it is stored.
+// idx and es are scratch space, es is returned for reuse. beat is the flush
+// loop's, called before each attempt of a call.
+func (p *pipeline) flush(ctx context.Context, b *batch, idx map[string]int, es []shard.Entry, beat func()) []shard.Entry {
 	clear(idx)
 	for _, s := range b.items {
 		if j, ok := idx[s.id]; ok {
@@ -31,12 +32,12 @@ func (p *pipeline) flush(ctx context.Context, b *batch, idx map[string]int, es [
 	p.m.batchSize.Observe(float64(len(b.items)))
 
 	var stale map[string]bool
-	added, ok := p.upsert(ctx, es, p.admit(b, &stale))
+	added, ok := p.upsert(ctx, es, p.admit(b, &stale), beat)
 	for _, id := range added {
 		delete(stale, id)
 	}
 	if ok && len(added) > 0 {
-		ok = p.welcome(ctx, b, added)
+		ok = p.welcome(ctx, b, added, beat)
 	}
 	if !ok {
 		p.abandon(b)
@@ -129,9 +130,10 @@ func (p *pipeline) abandon(b *batch) {
 // doubling moved on. It returns the ids that were
 // absent, gathered over every attempt (an attempt that failed for one shard
 // may have written others).
-func (p *pipeline) upsert(ctx context.Context, es []shard.Entry, admit shard.Admit) ([]string, bool) {
+func (p *pipeline) upsert(ctx context.Context, es []shard.Entry, admit shard.Admit, beat func()) ([]string, bool) {
 	var added []string
 	for attempt := 0; ; attempt++ {
+		beat()
 		start := time.Now()
 		actx, cancel := context.WithTimeout(ctx, storeTimeout)
 		a, err := p.writer.Upsert(actx, shard.Deadlines, es, admit)
@@ -161,7 +163,7 @@ func (p *pipeline) retry(ctx context.Context, attempt int, what string, err erro
 // the registry, all in one round trip, and publishes the recoveries of the
 // devices that were lost, in one batch. It returns false only if ingest
 // stopped before the registry was written.
-func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
+func (p *pipeline) welcome(ctx context.Context, b *batch, added []string, beat func()) bool {
 	latest := make(map[string]signal, len(added))
 	for _, id := range added {
 		latest[id] = signal{}
@@ -184,6 +186,7 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
 	groups := make(map[string]string, len(todo))
 	regrouped := map[string]bool{}
 	for attempt := 0; len(todo) > 0; attempt++ {
+		beat()
 		actx, cancel := context.WithTimeout(ctx, storeTimeout)
 		p.store.SeenMulti(actx, todo, p.opts.Now().UnixMilli())
 		cancel()
@@ -226,7 +229,8 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
 			return false
 		}
 	}
-	ok := p.remember(ctx, latest, groups, back, regrouped)
+	ok := p.remember(ctx, latest, groups, back, regrouped, beat)
+	beat()
 	p.recovered(ctx, back)
 	return ok
 }
@@ -240,7 +244,7 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string) bool {
 // A device's group is its groups entry (one set through the API before it
 // was first seen included); a recovered device whose group changed
 // (regrouped) is written like a new one: its group is in no event.
-func (p *pipeline) remember(ctx context.Context, latest map[string]signal, groups map[string]string, back []dispatch.Recovered, regrouped map[string]bool) bool {
+func (p *pipeline) remember(ctx context.Context, latest map[string]signal, groups map[string]string, back []dispatch.Recovered, regrouped map[string]bool, beat func()) bool {
 	reg := p.opts.Registry
 	if reg == nil || len(latest) == 0 {
 		return true
@@ -269,6 +273,7 @@ func (p *pipeline) remember(ctx context.Context, latest map[string]signal, group
 		}
 	}
 	for attempt := 0; len(recs) > 0; attempt++ {
+		beat()
 		actx, cancel := context.WithTimeout(ctx, storeTimeout)
 		errs := reg.Add(actx, recs, merge)
 		cancel()

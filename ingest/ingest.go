@@ -79,6 +79,13 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Bu
 		slots:    make(chan struct{}, opts.MaxInFlight),
 		work:     make(chan signal, 1024),
 		stopping: make(chan struct{}),
+		beats:    make([]func(), flushers),
+	}
+	for j := range in.pipe.beats {
+		in.pipe.beats[j] = func() {}
+		if opts.Beat != nil {
+			in.pipe.beats[j] = opts.Beat()
+		}
 	}
 	in.src = newSource(o, in.pipe, in.dead, br, log)
 	if opts.SharedGroup != "" {

@@ -83,6 +83,12 @@ type Options struct {
 
 	Now func() time.Time // clock, default time.Now
 
+	// Beat, when set, gives each flush loop a beat for the process's
+	// liveness: New calls it once per loop, and the loop calls what it
+	// returns at each batch, each store attempt and every second while it
+	// waits for work. A loop wedged inside a flush stops beating.
+	Beat func() func()
+
 	// probes are the topics of the probes sent each interval, all with the
 	// same time: one under each filter (ProbeTopicUnder) when they can ride
 	// the signals' subscriptions (inband), else just ProbeTopic. ordered
@@ -125,6 +131,8 @@ const fastHold = time.Second
 const (
 	// flushers bounds the flushes to Redis running at once.
 	flushers = 4
+	// idleBeat is how often a flush loop without work beats.
+	idleBeat = time.Second
 	// drainTimeout bounds how long Run, when stopping, waits for what is
 	// in flight to be stored (and, in a shared group, for the hand-over
 	// before that). What is not stored by then is not acked: a persistent

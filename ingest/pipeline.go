@@ -54,6 +54,8 @@ type pipeline struct {
 	stopping chan struct{}
 	// abandoned is set when signals were given up on while stopping.
 	abandoned atomic.Bool
+	// beats are the flush loops' liveness beats, one per loop.
+	beats []func()
 }
 
 // signal is one unit of work on its way to Redis: a device's new deadline,
@@ -184,8 +186,8 @@ func (p *pipeline) run(ctx context.Context) {
 	flushes := make(chan *batch, flushers)
 	var flushing sync.WaitGroup
 	flushing.Go(func() { p.collect(flushes) })
-	for range flushers {
-		flushing.Go(func() { p.flusher(ctx, flushes) })
+	for _, beat := range p.beats {
+		flushing.Go(func() { p.flusher(ctx, flushes, beat) })
 	}
 	flushing.Wait()
 	stopWriter()
@@ -248,11 +250,22 @@ func (p *pipeline) collect(flushes chan<- *batch) {
 	}
 }
 
-// flusher stores batches until flushes is closed.
-func (p *pipeline) flusher(ctx context.Context, flushes <-chan *batch) {
+// flusher stores batches until flushes is closed, beating at each batch
+// and every idleBeat while it waits.
+func (p *pipeline) flusher(ctx context.Context, flushes <-chan *batch, beat func()) {
 	idx := make(map[string]int)
 	var es []shard.Entry
-	for b := range flushes {
-		es = p.flush(ctx, b, idx, es[:0])
+	tick := time.NewTicker(idleBeat)
+	defer tick.Stop()
+	for {
+		beat()
+		select {
+		case b, ok := <-flushes:
+			if !ok {
+				return
+			}
+			es = p.flush(ctx, b, idx, es[:0], beat)
+		case <-tick.C:
+		}
 	}
 }

@@ -52,8 +52,10 @@ func (s *source) probeLoop(ctx context.Context, probe func()) {
 // returned for reuse.
 func (s *source) probe(c, p mqtt.Client, buf []byte) []byte {
 	if !c.IsConnectionOpen() || s.connectedAt.Load() == 0 || !p.IsConnectionOpen() {
+		s.answers.forget()
 		return buf
 	}
+	s.answers.sent(time.Now())
 	buf, _, _ = s.sendProbe(p, buf)
 	return buf
 }
@@ -113,7 +115,9 @@ func (s *source) onProbe(k int, m mqtt.Message) {
 		s.raiseEvidence(ev)
 	}
 	if barrier > 0 {
+		s.answers.handOver()
 		s.pipe.enqueueBarrier(barrier)
+		s.answers.handedOver()
 	}
 }
 

@@ -84,6 +84,8 @@ type source struct {
 	// leaving is set once handOver began: a reconnection then subscribes
 	// the probe topic only, so that the broker routes no more signals here.
 	leaving atomic.Bool
+	// answers says whether the broker answers the probes (readiness).
+	answers answers
 }
 
 func newSource(opts *Options, pipe *pipeline, dead *deadLetters, br *breaks, log *slog.Logger) *source {
@@ -201,6 +203,7 @@ func (s *source) disconnect() {
 // onMessage handles one message from the broker. It is called by paho's
 // router, one message at a time.
 func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
+	s.answers.heard()
 	if m.Retained() {
 		// The broker replays retained messages on every subscription, and
 		// ingest resubscribes on every connection: a replay is old news,
@@ -277,7 +280,9 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 	// An error means ingest is stopping: the message stays unacked. A
 	// persistent session gets it again next run; a clean (shared) one loses
 	// it, so the member then stays in its group's watermark.
+	s.answers.handOver()
 	_ = s.pipe.enqueue(context.Background(), sig)
+	s.answers.handedOver()
 }
 
 // cleanSession reports whether ingest connects with a clean session: one

@@ -10,6 +10,8 @@
 //
 //	shard.go       Of, Hash, counts, Assign, Entry, Family, Store
 //	config.go      the redis section of the configuration, the client
+//	bounded.go     the client's calls return by their deadline, even
+//	               while it reconnects to a hung Redis
 //	keys.go        every key name (Keys), registry partitions (Part), the
 //	               table of leaf names with the package owning each
 //	script.go      the kit: Script, Exec, Do, Reply, and the one mapper of

@@ -115,7 +115,7 @@ func parseEntries(v []rueidis.RedisMessage) ([]Entry, error) {
 // auto-pipelined by rueidis. The client never leaves the package: every
 // Redis operation of sigwatch is a method of Store.
 type Store struct {
-	c rueidis.Client
+	c rueidis.Client // a bounded client
 	k Keys
 	// gen is the generation the scripts check (nil: none, see Unchecked).
 	gen *generation
@@ -125,7 +125,7 @@ type Store struct {
 
 // NewStore wraps a rueidis client.
 func NewStore(c rueidis.Client, keys Keys) *Store {
-	return &Store{c: c, k: keys, gen: new(generation), types: new(typeCodes)}
+	return &Store{c: newBounded(c), k: keys, gen: new(generation), types: new(typeCodes)}
 }
 
 // Leases returns the same store with the lease, fence and membership keys

@@ -113,7 +113,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}
 	a := &App{cfg: cfg, id: processID(), log: log, reg: prometheus.NewRegistry(), g: newGroup(), done: make(chan struct{}), deps: deps}
 	// A coordinator without progress for three lease times has lost its
-	// shards: stuck (liveness.New keeps at least a minute, for a hung Redis).
+	// shards: stuck (liveness.New keeps at least 15s).
 	a.live = liveness.New(3 * cfg.Scanner.LeaseTTL)
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ok := false

@@ -126,7 +126,7 @@ func (a *App) newIngest(ctx context.Context) error {
 		OrderedBroker: cfg.MQTT.OrderedBroker,
 		Thresholds:    a.thr, TimestampMode: cfg.Timestamp.Mode, MaxSkew: cfg.Timestamp.MaxSkew,
 		Config: cfg.Ingest, Now: a.clock.Now,
-		Registry: a.registry,
+		Registry: a.registry, Beat: func() func() { return a.live.Beat("ingest") },
 	}, a.store, a.topo, a.pub, a.reg, a.log.With("role", "ingest"))
 	return err
 }

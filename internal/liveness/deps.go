@@ -16,8 +16,8 @@ import (
 // caller wait for a client that retries, and the log groups an outage's
 // warnings (ratelog.Handler). A probe that fails or gives no answer within
 // probeLimit marks its dependency down until one succeeds. Each probe runs
-// in a goroutine of its own, so a client that ignores its deadline while
-// it reconnects (rueidis does, to a hung Redis) cannot hide the outage.
+// in a goroutine of its own, so a client that overstays its deadline
+// cannot hide the outage.
 type Deps struct {
 	log  *slog.Logger
 	deps []*dep
