@@ -76,6 +76,11 @@ const (
 // startLossRun starts sigwatch (with extra settings) and a 500-device
 // fleet, and waits until the process is ready.
 func startLossRun(t *testing.T, env *testenv.Env, extra ...string) *lossRun {
+	return startLossFleet(t, env, 500, 300*time.Millisecond, extra...)
+}
+
+// startLossFleet is startLossRun with n devices signalling every period.
+func startLossFleet(t *testing.T, env *testenv.Env, n int, period time.Duration, extra ...string) *lossRun {
 	port, err := servers.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +94,7 @@ func startLossRun(t *testing.T, env *testenv.Env, extra ...string) *lossRun {
 	r.alarms = testenv.RecordStream[dispatch.Alarm](t, conn, "SIGWATCH", "sigwatch.alarm.>")
 	r.recovered = testenv.RecordStream[dispatch.Recovered](t, conn, "SIGWATCH", "sigwatch.recovered.>")
 	r.system = testenv.RecordStream[dispatch.System](t, conn, "SIGWATCH", "sigwatch.system")
-	r.d = startDevices(t, env.Mosquitto.URL, 500, 300*time.Millisecond)
+	r.d = startDevices(t, env.Mosquitto.URL, n, period)
 	waitHTTP(t, r.addr, "/readyz", 30*time.Second)
 	return r
 }
