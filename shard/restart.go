@@ -49,7 +49,11 @@ func (s *Store) Runs(ctx context.Context) ([]Run, error) {
 		if r.AOF && infoField(info, "aof_last_write_status") == "ok" {
 			// CONFIG may be renamed away (a managed Redis): the process
 			// then counts as not durable, and a restart as a possible loss.
+			// A connection that failed (Redis shutting down) says nothing.
 			kv, err := c.Do(ctx, c.B().ConfigGet().Parameter("appendfsync").Build()).AsStrMap()
+			if _, refused := rueidis.IsRedisErr(err); err != nil && !refused {
+				return nil, fmt.Errorf("shard: redis %s: config: %w", addr, err)
+			}
 			r.Durable = err == nil && kv["appendfsync"] == "always"
 		}
 		runs = append(runs, r)
