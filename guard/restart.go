@@ -57,19 +57,24 @@ func (g *Guard) pollRuns(ctx context.Context) {
 	}
 	changed := g.noteRuns(rs, now)
 	if len(changed) > 0 {
-		g.report("Redis restarted at "+strings.Join(changed, ", "), false)
+		g.report("Redis restarted or failed over at "+strings.Join(changed, ", "), false)
 	}
 }
 
-// noteRuns records runs seen at now and returns the addresses whose run
-// changed since the last poll.
+// noteRuns records runs seen at now and returns the addresses whose
+// process or role changed since the last poll.
 func (g *Guard) noteRuns(rs []shard.Run, now time.Time) []string {
 	if g.runs.byID == nil {
 		g.runs.byID, g.runs.byAddr = map[string]seenRun{}, map[string]string{}
 	}
+	first := len(g.runs.byAddr) == 0
 	var changed []string
 	for _, r := range rs {
-		if was, ok := g.runs.byAddr[r.Addr]; ok && was != r.ID {
+		was, ok := g.runs.byAddr[r.Addr]
+		// Another process at an address, a new address, or a replica
+		// promoted: a shard may be served by another process than the one
+		// that stamped it.
+		if ok && was != r.ID || !ok && !first || r.Master && !g.runs.byID[r.ID].Master && ok {
 			changed = append(changed, r.Addr)
 		}
 		g.runs.byAddr[r.Addr] = r.ID
