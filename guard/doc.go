@@ -11,7 +11,7 @@
 // the process that went away fsynced every write before acknowledging it
 // (appendonly yes, appendfsync always, learnt while it served) and the one
 // now serving the shard is its restart (same address, a master with its
-// append-only file), nothing acknowledged can be missing: the shards are
+// append-only file, never a replica since it started), nothing acknowledged can be missing: the shards are
 // stamped again under the same generation, without a restore. Otherwise
 // the restore runs and then judges, from what the registry knew and Redis
 // no longer held. Nothing missing is said at info level, with no

@@ -165,8 +165,8 @@ func (g *Guard) kept(r shard.Restarted, serving map[string]shard.Run) string {
 		return fmt.Sprintf("the Redis at %s did not write every write to its append-only file before acknowledging it (appendonly yes, appendfsync always)", was.Addr)
 	case !serves || now.Addr != was.Addr:
 		return fmt.Sprintf("shard %d moved from the Redis at %s to another: a failover", r.Shard, was.Addr)
-	case !now.Master || !now.AOF:
-		return fmt.Sprintf("the Redis at %s came back as a replica or without its append-only file", now.Addr)
+	case !now.Master || now.Replicated || !now.AOF:
+		return fmt.Sprintf("the Redis at %s came back as a replica, promoted from one, or without its append-only file", now.Addr)
 	}
 	return ""
 }

@@ -20,8 +20,10 @@ import (
 type Run struct {
 	Addr string
 	ID   string // run_id
-	// Master is true for a master (a replica serves no shard).
-	Master bool
+	// Master is true for a master (a replica serves no shard); Replicated
+	// when the process has been a replica since it started (a promoted one
+	// holds what replication had brought, not its own file).
+	Master, Replicated bool
 	// AOF is true when it runs with its append-only file; Durable when,
 	// besides, it fsyncs every write before acknowledging it and its last
 	// write to the file succeeded.
@@ -45,7 +47,7 @@ func (s *Store) Runs(ctx context.Context) ([]Run, error) {
 			return nil, fmt.Errorf("shard: redis %s: info: %w", addr, err)
 		}
 		r := Run{Addr: addr, ID: infoField(info, "run_id"), Master: infoField(info, "role") == "master",
-			AOF: infoField(info, "aof_enabled") == "1"}
+			Replicated: infoField(info, "second_repl_offset") != "-1", AOF: infoField(info, "aof_enabled") == "1"}
 		if r.AOF && infoField(info, "aof_last_write_status") == "ok" {
 			// CONFIG may be renamed away (a managed Redis): the process
 			// then counts as not durable, and a restart as a possible loss.

@@ -28,7 +28,7 @@ func TestRestartStampedAgain(t *testing.T) {
 	}
 	s.SetGeneration("g1")
 	runs, err := s.Runs(ctx)
-	if err != nil || len(runs) != 1 || !runs[0].Durable || !runs[0].Master || runs[0].Addr != env.Redis.Addr {
+	if err != nil || len(runs) != 1 || !runs[0].Durable || !runs[0].Master || runs[0].Replicated || runs[0].Addr != env.Redis.Addr {
 		t.Fatalf("runs %+v, %v: want one durable master at %s", runs, err, env.Redis.Addr)
 	}
 	before := runs[0].ID
