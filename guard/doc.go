@@ -7,10 +7,15 @@
 // end of the outage, lost devices still lost, alarms where they were.
 //
 // A generation record missing or behind is a loss. A shard whose Redis
-// process changed is only a restart, which may have kept everything: the
-// restore runs all the same and then judges, from what the registry knew
-// and Redis no longer held. Nothing missing is said at info level, with
-// no redis_data_loss event; anything missing is an error and the event.
+// process changed is only a restart, which may have kept everything. When
+// the process that went away fsynced every write before acknowledging it
+// (appendonly yes, appendfsync always, learnt while it served) and the one
+// now serving the shard is its restart (same address, a master with its
+// append-only file, never a replica since it started), nothing acknowledged can be missing: the shards are
+// stamped again under the same generation, without a restore. Otherwise
+// the restore runs and then judges, from what the registry knew and Redis
+// no longer held. Nothing missing is said at info level, with no
+// redis_data_loss event; anything missing is an error and the event.
 //
 // While a loss is open, shards refuse claims and first sightings (see
 // shard/generation.go): nothing fires from, and no device is first seen
@@ -24,6 +29,8 @@
 //     topologies) and the backfill of an installation from before it.
 //   - checkpoint.go: the periodic copy of the lost marks into the
 //     registry, and whether Redis holds whole data.
+//   - restart.go: how each Redis process persists, and the proof that a
+//     restart kept everything acknowledged.
 //   - restore.go: the restore of Redis from the durable registry;
 //     restore_alarms.go: its last step, the storms and alarm states put
 //     back, and the restore lock kept while it runs.

@@ -61,6 +61,7 @@ type Guard struct {
 	lastSeq  int64 // the generation sequence last seen
 	lastOK   int64 // when the generation was last found whole, unix ms
 	reported chan suspicion
+	runs     runs // the Redis processes seen serving (Run's goroutine only)
 
 	// reason is why the process is not ready ("" when it is).
 	reason atomic.Pointer[string]
@@ -226,9 +227,20 @@ func (g *Guard) Run(ctx context.Context) error {
 			why, certain = w, true
 		} else if why != "" && !g.stillLost(ctx) {
 			why = "" // a restore by another process explained it
+		} else if why != "" && !certain {
+			if ok, not := g.restartedWhole(ctx); ok {
+				why = ""
+			} else if not == errAsk {
+				s := suspicion{why, certain} // judged at the next check
+				time.AfterFunc(g.o.Interval, func() { g.report(s.why, s.certain) })
+				continue
+			} else {
+				why += "; not proven whole: " + not
+			}
 		}
 		if why == "" {
 			g.trackTopology(ctx)
+			g.pollRuns(ctx)
 			continue
 		}
 		if err := g.incident(ctx, why, g.lossStart(), certain); err != nil && ctx.Err() == nil {

@@ -7,6 +7,7 @@ type metrics struct {
 	restoring       prometheus.Gauge
 	restoredDevices prometheus.Gauge
 	checkpoints     prometheus.Counter
+	cleanRestarts   prometheus.Counter
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
@@ -27,9 +28,13 @@ func newMetrics(r prometheus.Registerer) *metrics {
 			Name: "sigwatch_registry_checkpoints_total",
 			Help: "Times this process copied the lost marks into the durable registry.",
 		}),
+		cleanRestarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sigwatch_redis_clean_restarts_total",
+			Help: "Times this process proved that a Redis restart kept everything it acknowledged (appendfsync always) and worked on without a restore.",
+		}),
 	}
 	if r != nil {
-		r.MustRegister(m.losses, m.restoring, m.restoredDevices, m.checkpoints)
+		r.MustRegister(m.losses, m.restoring, m.restoredDevices, m.checkpoints, m.cleanRestarts)
 	}
 	return m
 }

@@ -56,6 +56,9 @@
 //	version.go     the oldest Redis sigwatch works with, checked at start
 //	generation.go  the generation record, vetted shards, ErrDataLoss, the
 //	               restore and checkpoint locks
+//	restart.go     a Redis restart that kept everything acknowledged:
+//	               how each process persists (Runs), the shards a
+//	               restart left unvetted, stamping them again
 //	restore.go     the writes of a restore after Redis lost data
 //	typecodes.go   device types stored as small codes
 //	upgrade.go     every device an installation from before the durable

@@ -19,6 +19,8 @@ type Options struct {
 	// RedisPersist turns on Redis's append-only file, for tests that Kill and Restart Redis and
 	// expect the data back.
 	RedisPersist bool
+	// RedisArgs are added to redis-server's command line, e.g. "--appendfsync", "always".
+	RedisArgs []string
 	// Secure makes every server asked for require TLS, with certificates of a throwaway CA
 	// (Env.Certs, Env.ClientTLS), and these credentials (Redis takes only the password, on
 	// Redis.TLSAddr).
@@ -49,7 +51,7 @@ func New(t testing.TB, opts Options) *Env {
 	t.Helper()
 	dir := t.TempDir()
 	env := &Env{}
-	ropts := servers.RedisOptions{Persist: opts.RedisPersist}
+	ropts := servers.RedisOptions{Persist: opts.RedisPersist, ExtraArgs: opts.RedisArgs}
 	var mopts servers.MosquittoOptions
 	nopts := servers.NATSOptions{JetStream: true, MQTT: opts.NATSMQTT}
 	if sec := opts.Secure; sec != nil {
