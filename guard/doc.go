@@ -25,5 +25,6 @@
 //   - checkpoint.go: the periodic copy of the lost marks into the
 //     registry, and whether Redis holds whole data.
 //   - restore.go: the restore of Redis from the durable registry.
+//   - timers.go: the restore of the generic timers from their journal.
 //   - metrics.go: the guard's metrics.
 package guard

@@ -51,6 +51,7 @@ type App struct {
 	// durable device registry (nil in NATS core mode).
 	guard    *guard.Guard
 	registry *dispatch.Registry
+	journal  *dispatch.TimerJournal // the durable timers' journal (nil: none)
 	devices  *shard.Devices // the API's per-device operations
 	pub      *dispatch.Bus
 	in       *ingest.Ingest
