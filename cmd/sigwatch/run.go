@@ -52,7 +52,7 @@ type App struct {
 	guard    *guard.Guard
 	registry *dispatch.Registry
 	journal  *dispatch.TimerJournal // the durable timers' journal (nil: none)
-	devices  *shard.Devices // the API's per-device operations
+	devices  *shard.Devices         // the API's per-device operations
 	pub      *dispatch.Bus
 	in       *ingest.Ingest
 	claim    *ingest.Claim // this process's hold on its mqtt.client_id
