@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +41,8 @@ type TimerState struct {
 // TimerJournal is the journal of an installation's generic timers. It is
 // safe for concurrent use.
 type TimerJournal struct {
+	bus     *Bus
+	fast    bool // the stream takes fast batches (see fast.go)
 	js      jetstream.JetStream
 	room    *inflight // the publisher's: journal writes share its client
 	stream  string
@@ -65,7 +69,7 @@ func (p *Bus) OpenTimerJournal(ctx context.Context) (*TimerJournal, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &TimerJournal{js: p.js, room: p.room, stream: p.TimerJournalStream(),
+	j := &TimerJournal{bus: p, js: p.js, room: p.room, stream: p.TimerJournalStream(),
 		subject: "$SW." + p.opts.Stream + ".timer.", keep: p.opts.MaxAge, idle: p.opts.AckWait}
 	want := jetstream.StreamConfig{
 		Name:              j.stream,
@@ -75,6 +79,7 @@ func (p *Bus) OpenTimerJournal(ctx context.Context) (*TimerJournal, error) {
 		Replicas:          p.opts.Replicas,
 		MaxMsgsPerSubject: 1,
 		AllowMsgTTL:       true,
+		AllowBatchPublish: true,
 		Discard:           jetstream.DiscardOld,
 	}
 	s, err := p.js.Stream(ctx, want.Name)
@@ -83,14 +88,16 @@ func (p *Bus) OpenTimerJournal(ctx context.Context) (*TimerJournal, error) {
 			s, err = p.js.Stream(ctx, want.Name)
 		}
 	}
-	if err == nil && s.CachedInfo().Config.Replicas != want.Replicas {
-		cfg := s.CachedInfo().Config
-		cfg.Replicas = want.Replicas
-		_, err = p.js.UpdateStream(ctx, cfg)
+	if err == nil {
+		if has := s.CachedInfo().Config; has.Replicas != want.Replicas || !has.AllowBatchPublish {
+			has.Replicas, has.AllowBatchPublish = want.Replicas, true
+			s, err = p.js.UpdateStream(ctx, has)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: timer journal %s: %w", want.Name, err)
 	}
+	j.fast = takesFast(s.CachedInfo().Config) && p.fastIn != nil
 	return j, nil
 }
 
@@ -100,41 +107,101 @@ func (j *TimerJournal) key(queue, id string) string {
 	return j.subject + hex.EncodeToString(sum[:16])
 }
 
+// journalFast bounds the records of one fast batch.
+const journalFast = 1000
+
 // Write journals states, all published at once, and returns once each is
 // stored or failed (errs[k] for states[k]). now is when they were
-// acknowledged by Redis; a record expires keep after its deadline.
+// acknowledged by Redis; a record expires keep after its deadline. On a
+// single-server stream they go out as fast batches (one answer per batch,
+// see fast.go); what a batch did not store, and every record on a
+// replicated stream, as asynchronous publishes.
 func (j *TimerJournal) Write(ctx context.Context, states []TimerState, now time.Time) []error {
 	errs := make([]error, len(states))
-	for lo := 0; lo < len(states); lo += j.room.max {
+	msgs := make([]*nats.Msg, len(states))
+	for k, st := range states {
+		st.Stored = now.UnixMilli()
+		b, err := json.Marshal(st)
+		if err != nil {
+			errs[k] = fmt.Errorf("dispatch: journal timer %s/%s: %w", st.Queue, st.ID, err)
+			continue
+		}
+		m := nats.NewMsg(j.key(st.Queue, st.ID))
+		m.Data = b
+		if ttl := j.ttl(st, now); ttl > 0 {
+			m.Header.Set(jetstream.MsgTTLHeader, ttl.String())
+		}
+		msgs[k] = m
+	}
+	for lo := 0; lo < len(states); {
+		if j.fast {
+			hi := min(lo+journalFast, len(states))
+			if !slices.Contains(msgs[lo:hi], nil) {
+				stored, _ := j.commitFast(ctx, msgs[lo:hi])
+				if lo += stored; lo == hi {
+					continue
+				}
+			}
+		}
 		hi := min(lo+j.room.max, len(states))
 		if err := j.room.acquire(ctx, hi-lo); err != nil {
 			for k := lo; k < len(states); k++ {
-				errs[k] = fmt.Errorf("dispatch: journal timer: waiting for room among the publishes in flight: %w", err)
+				errs[k] = cmpErr(errs[k], fmt.Errorf("dispatch: journal timer: waiting for room among the publishes in flight: %w", err))
 			}
-			break
+			return errs
 		}
-		j.writePart(ctx, states[lo:hi], errs[lo:hi], now)
+		j.writePart(ctx, states[lo:hi], msgs[lo:hi], errs[lo:hi])
+		lo = hi
 	}
 	return errs
 }
 
-// writePart publishes states, which have their room, and sets errs.
-func (j *TimerJournal) writePart(ctx context.Context, states []TimerState, errs []error, now time.Time) {
+// commitFast sends msgs as one fast batch and returns how many of its
+// first messages the stream confirms stored.
+func (j *TimerJournal) commitFast(ctx context.Context, msgs []*nats.Msg) (int, error) {
+	p := j.bus
+	id := p.batchIDs.next()
+	answer := p.fastIn.expect(id)
+	defer p.fastIn.forget(id)
+	last := len(msgs) - 1
+	head := p.fastIn.prefix + "." + id + "." + strconv.Itoa(fastFlow) + ".fail."
+	for k, m := range msgs {
+		op := fastAppend
+		switch {
+		case k == last:
+			op = fastCommit
+		case k == 0:
+			op = fastStart
+		}
+		// A copy: the message may go out again one by one.
+		fm := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header,
+			Reply: head + strconv.Itoa(k+1) + "." + op + ".$FI"}
+		if err := p.nc.PublishMsg(fm); err != nil {
+			return 0, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.opts.AckWait)
+	defer cancel()
+	select {
+	case a := <-answer:
+		return min(a.count, len(msgs)), a.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// writePart publishes msgs (of states), which have their room, one by one
+// and sets errs.
+func (j *TimerJournal) writePart(ctx context.Context, states []TimerState, msgs []*nats.Msg, errs []error) {
 	settled, pending := 0, []jetstream.PubAckFuture(nil)
 	defer func() { j.room.release(settled, pending) }()
 	futs := make([]jetstream.PubAckFuture, len(states))
 	for k, st := range states {
-		st.Stored = now.UnixMilli()
-		b, err := json.Marshal(st)
-		if err == nil {
-			m := nats.NewMsg(j.key(st.Queue, st.ID))
-			m.Data = b
-			if ttl := j.ttl(st, now); ttl > 0 {
-				m.Header.Set(jetstream.MsgTTLHeader, ttl.String())
-			}
-			futs[k], err = j.js.PublishMsgAsync(m)
+		if msgs[k] == nil {
+			continue
 		}
-		if err != nil {
+		var err error
+		if futs[k], err = j.js.PublishMsgAsync(msgs[k]); err != nil {
 			errs[k] = fmt.Errorf("dispatch: journal timer %s/%s: %w", st.Queue, st.ID, err)
 		}
 	}
