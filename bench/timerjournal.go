@@ -188,9 +188,13 @@ func (r *runner) journalRun(ctx context.Context, n int, journal bool) (journalRu
 			}
 		}
 	})
-	time.Sleep(time.Second) // warm-up: a backlog forms
+	// Warm-up: a backlog forms and the first batches are stored. A batch
+	// is up to Fetch messages of timersBatch resets, counted when whole, so
+	// the window is long enough for several.
+	first := stored()
+	waitFor(ctx, 30*time.Second, func() bool { return stored() > first })
 	s0, t0 := stored(), time.Now()
-	time.Sleep(r.prof.PeerFor)
+	time.Sleep(max(r.prof.PeerFor, 10*time.Second))
 	out.nats = (stored() - s0) / time.Since(t0).Seconds()
 	stop()
 	pw.Wait()
