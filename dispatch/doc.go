@@ -35,7 +35,8 @@
 //     in batches.
 //   - timerjournal.go: the generic timers' journal (a stream keeping the
 //     latest state of each timer, keyed by a hash of queue and id, written
-//     in asynchronous batches), and the timer events a restore reads.
+//     in fast batches, several in flight), and the timer events a restore
+//     reads.
 //   - batches.go: the consumer of timer resets (ConsumeTimerResets): pulled
 //     in batches, several at once, acknowledged once handled.
 //   - version.go: the oldest nats-server the JetStream mode works with,

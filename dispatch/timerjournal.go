@@ -107,15 +107,19 @@ func (j *TimerJournal) key(queue, id string) string {
 	return j.subject + hex.EncodeToString(sum[:16])
 }
 
-// journalFast bounds the records of one fast batch.
-const journalFast = 1000
+// journalFast bounds the records of one fast batch, journalWindow the fast
+// batches of one Write awaiting their answer at once.
+const (
+	journalFast   = 1000
+	journalWindow = 8
+)
 
 // Write journals states, all published at once, and returns once each is
 // stored or failed (errs[k] for states[k]). now is when they were
 // acknowledged by Redis; a record expires keep after its deadline. On a
-// single-server stream they go out as fast batches (one answer per batch,
-// see fast.go); what a batch did not store, and every record on a
-// replicated stream, as asynchronous publishes.
+// single-server stream they go out as fast batches, several in flight
+// (one answer per batch, see fast.go); what a batch did not store, and
+// every record on a replicated stream, as asynchronous publishes.
 func (j *TimerJournal) Write(ctx context.Context, states []TimerState, now time.Time) []error {
 	errs := make([]error, len(states))
 	msgs := make([]*nats.Msg, len(states))
@@ -133,36 +137,79 @@ func (j *TimerJournal) Write(ctx context.Context, states []TimerState, now time.
 		}
 		msgs[k] = m
 	}
-	for lo := 0; lo < len(states); {
-		if j.fast {
-			hi := min(lo+journalFast, len(states))
-			if !slices.Contains(msgs[lo:hi], nil) {
-				stored, _ := j.commitFast(ctx, msgs[lo:hi])
-				if lo += stored; lo == hi {
-					continue
+	rest := [][2]int{{0, len(states)}} // what goes out one by one
+	if j.fast {
+		rest = j.writeFast(ctx, msgs)
+	}
+	for _, r := range rest {
+		for lo := r[0]; lo < r[1]; {
+			hi := min(lo+j.room.max, r[1])
+			if err := j.room.acquire(ctx, hi-lo); err != nil {
+				for k := lo; k < hi; k++ {
+					errs[k] = cmpErr(errs[k], fmt.Errorf("dispatch: journal timer: waiting for room among the publishes in flight: %w", err))
 				}
+				lo = hi
+				continue
 			}
+			j.writePart(ctx, states[lo:hi], msgs[lo:hi], errs[lo:hi])
+			lo = hi
 		}
-		hi := min(lo+j.room.max, len(states))
-		if err := j.room.acquire(ctx, hi-lo); err != nil {
-			for k := lo; k < len(states); k++ {
-				errs[k] = cmpErr(errs[k], fmt.Errorf("dispatch: journal timer: waiting for room among the publishes in flight: %w", err))
-			}
-			return errs
-		}
-		j.writePart(ctx, states[lo:hi], msgs[lo:hi], errs[lo:hi])
-		lo = hi
 	}
 	return errs
 }
 
-// commitFast sends msgs as one fast batch and returns how many of its
-// first messages the stream confirms stored.
-func (j *TimerJournal) commitFast(ctx context.Context, msgs []*nats.Msg) (int, error) {
+// journalBatch is a fast batch of msgs[lo:hi] awaiting its answer.
+type journalBatch struct {
+	lo, hi int
+	id     string
+	answer chan fastAnswer
+}
+
+// writeFast sends msgs as fast batches, journalWindow at a time, and
+// returns the ranges of msgs the stream did not confirm stored.
+func (j *TimerJournal) writeFast(ctx context.Context, msgs []*nats.Msg) (rest [][2]int) {
 	p := j.bus
-	id := p.batchIDs.next()
-	answer := p.fastIn.expect(id)
-	defer p.fastIn.forget(id)
+	var window []journalBatch
+	await := func(b journalBatch) {
+		defer p.fastIn.forget(b.id)
+		n := 0
+		wait, cancel := context.WithTimeout(ctx, p.opts.AckWait)
+		defer cancel()
+		select {
+		case a := <-b.answer:
+			if a.err == nil {
+				n = min(a.count, b.hi-b.lo)
+			}
+		case <-wait.Done():
+		}
+		if b.lo+n < b.hi {
+			rest = append(rest, [2]int{b.lo + n, b.hi})
+		}
+	}
+	for lo := 0; lo < len(msgs); lo += journalFast {
+		hi := min(lo+journalFast, len(msgs))
+		if len(window) == journalWindow {
+			await(window[0])
+			window = window[1:]
+		}
+		b := journalBatch{lo: lo, hi: hi, id: p.batchIDs.next()}
+		b.answer = p.fastIn.expect(b.id)
+		if slices.Contains(msgs[lo:hi], nil) || j.sendFast(b.id, msgs[lo:hi]) != nil {
+			p.fastIn.forget(b.id)
+			rest = append(rest, [2]int{lo, hi})
+			continue
+		}
+		window = append(window, b)
+	}
+	for _, b := range window {
+		await(b)
+	}
+	return rest
+}
+
+// sendFast sends msgs as the fast batch id.
+func (j *TimerJournal) sendFast(id string, msgs []*nats.Msg) error {
+	p := j.bus
 	last := len(msgs) - 1
 	head := p.fastIn.prefix + "." + id + "." + strconv.Itoa(fastFlow) + ".fail."
 	for k, m := range msgs {
@@ -177,17 +224,10 @@ func (j *TimerJournal) commitFast(ctx context.Context, msgs []*nats.Msg) (int, e
 		fm := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header,
 			Reply: head + strconv.Itoa(k+1) + "." + op + ".$FI"}
 		if err := p.nc.PublishMsg(fm); err != nil {
-			return 0, err
+			return err
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.opts.AckWait)
-	defer cancel()
-	select {
-	case a := <-answer:
-		return min(a.count, len(msgs)), a.err
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
+	return nil
 }
 
 // writePart publishes msgs (of states), which have their room, one by one
