@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,8 +35,7 @@ func (r *runner) timerJournal(ctx context.Context) error {
 	sc := Scenario{ID: 12, Name: "timerjournal", Title: "Durable generic timers: the journal's cost"}
 	n := r.prof.TimerCounts[0]
 	var on, off []journalRun
-	var native []float64
-	var nativeHeap float64
+	var native, heaps []float64
 	err := alternate(rounds,
 		func(round int) error {
 			r.p.Printf("timerjournal", "%d timers, round %d of %d: journal on", n, round+1, rounds)
@@ -53,7 +52,7 @@ func (r *runner) timerJournal(ctx context.Context) error {
 		func(round int) error {
 			r.p.Printf("timerjournal", "%d timers, round %d of %d: NATS-native", n, round+1, rounds)
 			rate, heap, err := r.nativeResets(ctx, n)
-			native, nativeHeap = append(native, rate), heap
+			native, heaps = append(native, rate), append(heaps, heap)
 			return err
 		})
 	if err != nil {
@@ -73,17 +72,20 @@ func (r *runner) timerJournal(ctx context.Context) error {
 	for _, v := range native {
 		nat = max(nat, v)
 	}
+	slices.Sort(heaps)
+	nativeHeap := heaps[len(heaps)/2] // the median: a heap reading is noisy
 	sc.Figures = append(sc.Figures,
 		newFigure("timer resets/s over NATS, journal on, "+size+" timers", "/s", best(on, viaNATS), "journal off", best(off, viaNATS)),
 		newFigure("timer resets/s in batches of "+strconv.Itoa(timersBatch)+", journal on, "+size+" timers", "/s", best(on, direct), "journal off", best(off, direct)),
 		newFigure("timer resets/s over NATS, journal on, "+size+" timers", "/s", best(on, viaNATS), "NATS-native timer, asynchronous publishes", nat),
 		newFigure("timer resets/s over NATS, journal off, "+size+" timers", "/s", best(off, viaNATS), "NATS-native timer, asynchronous publishes", nat),
-		newFigure("journal bytes per timer (stream)", "B", on[len(on)-1].journal, "NATS-native timer, live heap per timer", nativeHeap),
+		newFigure("journal bytes per timer (stream)", "B", on[len(on)-1].journal, "NATS-native timer, live heap per timer (median)", nativeHeap),
 		newFigure("Redis bytes per timer, journal on", "B", on[len(on)-1].redis, "journal off", off[len(off)-1].redis),
 	)
 	sc.Notes = append(sc.Notes, "Each side's best of "+strconv.Itoa(rounds)+" runs, the order alternated. sigwatch runs its timer "+
-		"service in the harness process with one queue; with the journal on, every reset is journalled (one asynchronous "+
-		"publish per timer to a file-backed stream keeping one message per timer) before it is acknowledged. The NATS-native "+
+		"service in the harness process with one queue; with the journal on, every reset is journalled (one message per timer in a "+
+		"file-backed stream keeping one message per timer, sent in fast batches of 1,000, up to 8 in flight per batch of resets) "+
+		"before it is acknowledged. Over NATS, one store is up to timers.fetch (256) messages of "+strconv.Itoa(timersBatch)+" resets. The NATS-native "+
 		"timer is scenario 9's: a memory stream with one message per subject and per-message TTL, one asynchronous publish per reset.")
 	r.res.add(sc)
 	return nil
@@ -175,38 +177,23 @@ func (r *runner) journalRun(ctx context.Context, n int, journal bool) (journalRu
 		data, _ := json.Marshal(batch)
 		bodies = append(bodies, data)
 	}
+	// The rate is the time to store (journal, then acknowledge) twice the
+	// timers from when their messages start to go out: a store is up to
+	// timers.fetch messages, counted when whole, too lumpy for a window.
 	stored := func() float64 { return counterValue(reg, "sigwatch_timers_resets_total") }
-	pctx, stop := context.WithCancel(ctx)
-	var pubErr atomic.Pointer[error]
-	var pw sync.WaitGroup
-	pw.Go(func() {
-		for k := 0; pctx.Err() == nil; k++ {
-			m := &nats.Msg{Subject: "sigwatch.timers.set." + queue, Data: bodies[k%len(bodies)]}
-			if err := publishAsync(pctx, js, m); err != nil && pctx.Err() == nil {
-				pubErr.Store(&err)
-				return
+	s0, t0 := stored(), time.Now()
+	for range 2 {
+		for _, b := range bodies {
+			if err := publishAsync(ctx, js, &nats.Msg{Subject: "sigwatch.timers.set." + queue, Data: b}); err != nil {
+				return out, err
 			}
 		}
-	})
-	// Warm-up: a backlog forms and the first batches are stored. A batch
-	// is up to Fetch messages of timersBatch resets, counted when whole, so
-	// the window is long enough for several.
-	first := stored()
-	waitFor(ctx, 30*time.Second, func() bool { return stored() > first })
-	s0, t0 := stored(), time.Now()
-	time.Sleep(max(r.prof.PeerFor, 10*time.Second))
-	out.nats = (stored() - s0) / time.Since(t0).Seconds()
-	stop()
-	pw.Wait()
-	if st, err := js.Stream(ctx, pub.TimerStream()); err == nil {
-		_ = st.Purge(ctx)
 	}
-	if e := pubErr.Load(); e != nil {
-		return out, *e
+	want := s0 + float64(2*n)
+	if !waitFor(ctx, 3*time.Minute, func() bool { return stored() >= want }) {
+		return out, fmt.Errorf("%.0f of %d resets published over NATS stored after 3 minutes", stored()-s0, 2*n)
 	}
-	if err := r.settle(ctx, stored, "journal run"); err != nil {
-		return out, err
-	}
+	out.nats = float64(2*n) / time.Since(t0).Seconds()
 	r.p.Printf("timerjournal", "journal %v: %.0f resets/s over NATS, %.0f/s in batches; %.0f B per timer in Redis, %.0f B in the journal",
 		journal, out.nats, out.direct, out.redis, out.journal)
 	return out, nil
