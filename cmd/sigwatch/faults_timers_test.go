@@ -186,7 +186,7 @@ func (r *timerRun) waitRestored(done int) time.Time {
 }
 
 // TestTimersSurviveRedisEmpty loads 20,000 generic timers (half over HTTP,
-// half over the NATS stream, some with payloads; SIGWATCH_TEST_TIMERS sets
+// half over the NATS stream, some with payloads; TEST_TIMERS sets
 // another count, e.g. 100000), resets a tenth of them to later deadlines
 // with new payloads and cancels a hundredth of those due later, then kills Redis
 // (-9) mid-window and starts it empty, and kills it again while the
@@ -197,7 +197,7 @@ func TestTimersSurviveRedisEmpty(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
 	r := startTimerRun(t, env)
 	n, queues := 20_000, 4
-	if v, err := strconv.Atoi(os.Getenv("SIGWATCH_TEST_TIMERS")); err == nil && v >= 1000 {
+	if v, err := strconv.Atoi(os.Getenv("TEST_TIMERS")); err == nil && v >= 1000 {
 		n = v // the 100,000 in a run of its own
 	}
 	// Loading takes about a second per 5,000 timers here.
