@@ -135,7 +135,7 @@ var profiles = map[string]profile{
 }
 
 // scenarioNames lists the scenarios in the order they run.
-var scenarioNames = []string{"write", "memory", "firelag", "burst", "peers", "ingest", "overload", "doubling", "timers", "idle", "checkpoint"}
+var scenarioNames = []string{"write", "memory", "firelag", "burst", "peers", "ingest", "overload", "doubling", "timers", "idle", "checkpoint", "timerjournal"}
 
 // Run runs the benchmark and writes its results into opts.OutDir.
 func Run(ctx context.Context, opts Options) error {
@@ -206,6 +206,7 @@ func Run(ctx context.Context, opts Options) error {
 		{"timers", r.timers},
 		{"idle", r.idle},
 		{"checkpoint", r.checkpoint},
+		{"timerjournal", r.timerJournal},
 	}
 	var errs []error
 	for _, s := range steps {

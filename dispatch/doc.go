@@ -35,6 +35,10 @@
 //   - timers.go: the timer event, the work-queue stream of resets and its
 //     durable consumer, and the reset requests (ServeTimerResets), taken
 //     in batches.
+//   - timerjournal.go: the generic timers' journal (a stream keeping the
+//     latest state of each timer, keyed by a hash of queue and id, written
+//     in fast batches, several in flight), and the timer events a restore
+//     reads.
 //   - batches.go: the consumer of timer resets (ConsumeTimerResets): pulled
 //     in batches, several at once, acknowledged once handled.
 //   - version.go: the oldest nats-server the JetStream mode works with,

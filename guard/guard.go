@@ -30,6 +30,10 @@ type Options struct {
 	Registry   *dispatch.Registry
 	Pub        *dispatch.Bus
 	Thresholds *shard.Thresholds
+	// Timers is the generic timers' journal (nil: none), TimerDurable says
+	// which queues it keeps (nil: all).
+	Timers       *dispatch.TimerJournal
+	TimerDurable func(queue string) bool
 	// RestoreAlarm puts back an alarm state the registry kept (nil: none).
 	RestoreAlarm func(ctx context.Context, id, raw string) error
 	// RestoreStorms puts back the storms the registry kept and the scopes'

@@ -6,6 +6,7 @@ type metrics struct {
 	losses          prometheus.Counter
 	restoring       prometheus.Gauge
 	restoredDevices prometheus.Gauge
+	restoredTimers  prometheus.Gauge
 	checkpoints     prometheus.Counter
 	cleanRestarts   prometheus.Counter
 }
@@ -24,6 +25,10 @@ func newMetrics(r prometheus.Registerer) *metrics {
 			Name: "sigwatch_redis_restored_devices",
 			Help: "Devices the last restore by this process put back from the durable registry.",
 		}),
+		restoredTimers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sigwatch_redis_restored_timers",
+			Help: "Generic timers the last restore by this process put back from the timer journal.",
+		}),
 		checkpoints: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sigwatch_registry_checkpoints_total",
 			Help: "Times this process copied the lost marks into the durable registry.",
@@ -34,7 +39,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		}),
 	}
 	if r != nil {
-		r.MustRegister(m.losses, m.restoring, m.restoredDevices, m.checkpoints, m.cleanRestarts)
+		r.MustRegister(m.losses, m.restoring, m.restoredDevices, m.restoredTimers, m.checkpoints, m.cleanRestarts)
 	}
 	return m
 }

@@ -131,7 +131,9 @@ func (g *Guard) restore(ctx context.Context, why string, since int64, token stri
 	} else {
 		g.o.Log.Error("Redis data loss", "err", errNoRegistry)
 	}
-
+	if err := g.restoreTimers(ctx, un, t, keep); err != nil {
+		return err
+	}
 	// The outage covers the restore so far; it is extended to the end
 	// below. Recorded before any shard is claimable again.
 	if err := un.Watermarks().AddOutage(ctx, shard.Outage{Start: since, End: g.o.Now().UnixMilli()}); err != nil {

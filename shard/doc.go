@@ -29,6 +29,8 @@
 //	               of firing timers, fired marks for the crossing rule
 //	queuemoves.go  generic timers across a doubling: writes that carry a
 //	               moved timer first, the carry, cancels
+//	timerrestore.go the generic timers after a loss: listed, dropped and
+//	               written back as their journal says
 //	claim.go       Claim, Settle (compare-and-remove, compare-and-move)
 //	wake.go        the wake rule: a claim that found nothing due records
 //	               when its loop looks again, an earlier write wakes it

@@ -28,14 +28,22 @@ import (
 // doubling) gets its resets placed, carried and written again under the
 // topology read afresh. It may be retried.
 func (w *Writer) ResetTimers(ctx context.Context, rs []TimerReset) error {
+	return w.ResetTimersStored(ctx, rs, nil)
+}
+
+// ResetTimersStored is ResetTimers that gives stored each reset with its
+// timer as stored: the deadline that holds and the payload it has.
+func (w *Writer) ResetTimersStored(ctx context.Context, rs []TimerReset, stored func(TimerReset, Timer)) error {
 	return onTimers(ctx, w, rs, func(r TimerReset) string { return r.Member }, func(t Topology, by map[int][]TimerReset) ([]int, error) {
-		return w.store.resetTimersAt(ctx, t, by)
+		return w.store.resetTimersAt(ctx, t, by, stored)
 	})
 }
 
 // CancelTimer removes the timer of member so that it never fires, and
 // reports whether there was one. While a doubling drains it carries the
 // timer first, so that no carry made from an older read brings it back.
+// Like a reset, it is refused while a loss is open: a restore puts the
+// timers back from their journal, which a cancel then would miss.
 func (w *Writer) CancelTimer(ctx context.Context, member string) (bool, error) {
 	removed := false
 	err := onTimers(ctx, w, []string{member}, func(m string) string { return m }, func(t Topology, _ map[int][]string) ([]int, error) {
@@ -304,7 +312,7 @@ func (s *Store) cancelTimerAt(ctx context.Context, t Topology, member string) (b
 	execs := make([]rueidis.LuaExec, len(shards))
 	for j, i := range shards {
 		execs[j] = rueidis.LuaExec{Keys: []string{s.k.Timers(Timers, i), s.k.Layout(i), s.k.TimerPayloads(i)},
-			Args: []string{strconv.FormatInt(t.Epoch, 10), "", strconv.Itoa(t.Shards), member}}
+			Args: []string{strconv.FormatInt(t.Epoch, 10), s.Generation(), strconv.Itoa(t.Shards), member}}
 	}
 	var (
 		removed bool

@@ -69,9 +69,11 @@ end
 // ARGV[1..3]: see timerFence
 // ARGV[4..]: quads of mode ("e" extend, "s" set), deadline, member and
 // payload op: "k" keep, "c" clear, "p"..payload set
-// Returns: 1, or the error STALE or LOSTDATA.
+// Returns: per quad, the deadline stored, ":", and the payload kept by a
+// "k" (empty when none); or the error STALE or LOSTDATA.
 var resetTimersScript = NewScript(wakeLua + timerFence + `
 local low
+local out = {}
 for i = 4, #ARGV, 4 do
   local m = ARGV[i+2]
   local had = tonumber(redis.call('ZSCORE', KEYS[1], m))
@@ -84,19 +86,23 @@ for i = 4, #ARGV, 4 do
   end
   redis.call('ZADD', KEYS[1], string.format('%d', d), m)
   if not low or d < low then low = d end
+  local kept = ''
   if op == 'p' then
     redis.call('HSET', KEYS[3], m, string.sub(ARGV[i+3], 2))
   elseif op == 'c' or not had then
     redis.call('HDEL', KEYS[3], m)
+  else
+    kept = redis.call('HGET', KEYS[3], m) or ''
   end
+  out[#out+1] = string.format('%d', d) .. ':' .. kept
 end
 wake(KEYS[5], low)
-return 1`)
+return out`)
 
 // resetTimersAt writes resets placed in byShard under topology t. Shards
 // that refuse theirs (t is older than the shard's floor or layout) are
-// returned in refused.
-func (s *Store) resetTimersAt(ctx context.Context, t Topology, byShard map[int][]TimerReset) (refused []int, err error) {
+// returned in refused. Each timer as stored is given to stored, if set.
+func (s *Store) resetTimersAt(ctx context.Context, t Topology, byShard map[int][]TimerReset, stored func(TimerReset, Timer)) (refused []int, err error) {
 	shards := make([]int, 0, len(byShard))
 	execs := make([]rueidis.LuaExec, 0, len(byShard))
 	for i, rs := range byShard {
@@ -117,14 +123,45 @@ func (s *Store) resetTimersAt(ctx context.Context, t Topology, byShard map[int][
 		shards = append(shards, i)
 		execs = append(execs, rueidis.LuaExec{Keys: []string{s.k.Timers(Timers, i), s.k.Layout(i), s.k.TimerPayloads(i), s.k.TimersFiring(i), s.k.Wake(Timers, i)}, Args: args})
 	}
-	return s.fencedRun(ctx, resetTimersScript, shards, execs, "reset timers in")
+	replies := resetTimersScript.execMulti(ctx, s.c, execs...)
+	if stored != nil {
+		for j, r := range replies {
+			if outs, err := r.AsStrSlice(); err == nil {
+				storedTimers(byShard[shards[j]], outs, stored)
+			}
+		}
+	}
+	return s.refusals(replies, shards, "reset timers in")
+}
+
+// storedTimers gives stored each reset of rs with its timer as the reset
+// script answered it (outs).
+func storedTimers(rs []TimerReset, outs []string, stored func(TimerReset, Timer)) {
+	for k, out := range outs {
+		if k >= len(rs) {
+			return
+		}
+		d, kept, _ := strings.Cut(out, ":")
+		t := Timer{Member: rs[k].Member, Payload: rs[k].Payload}
+		t.Deadline, _ = strconv.ParseInt(d, 10, 64)
+		if kept != "" {
+			t.Payload = []byte(kept)
+		}
+		stored(rs[k], t)
+	}
 }
 
 // fencedRun runs script once per shard of shards (execs in the same order)
 // and returns the shards that refused as placed under an old topology,
 // and the first other failure.
 func (s *Store) fencedRun(ctx context.Context, script *Script, shards []int, execs []rueidis.LuaExec, what string) (refused []int, err error) {
-	for j, r := range script.execMulti(ctx, s.c, execs...) {
+	return s.refusals(script.execMulti(ctx, s.c, execs...), shards, what)
+}
+
+// refusals returns the shards whose reply refused a write placed under an
+// old topology, and the first other failure.
+func (s *Store) refusals(replies []Reply, shards []int, what string) (refused []int, err error) {
+	for j, r := range replies {
 		switch rerr := r.Error(); {
 		case rerr == nil:
 		case errors.Is(rerr, ErrStaleTopology):

@@ -21,6 +21,25 @@ type Config struct {
 	// AckWait is how long a pulled reset may go unacknowledged before the
 	// stream hands it out again.
 	AckWait time.Duration `yaml:"ack_wait"`
+	// Queues are settings of named queues; a queue not named takes the
+	// defaults of QueueConfig.
+	Queues map[string]QueueConfig `yaml:"queues"`
+}
+
+// QueueConfig is the settings of one queue.
+type QueueConfig struct {
+	// Durable journals the queue's resets and cancels in JetStream before
+	// they are acknowledged, so that they survive Redis losing data (nil:
+	// true). Without it the queue's timers live in Redis only.
+	Durable *bool `yaml:"durable"`
+}
+
+// Durable reports whether the timers of queue are journalled.
+func (c Config) Durable(queue string) bool {
+	if d := c.Queues[queue].Durable; d != nil {
+		return *d
+	}
+	return true
 }
 
 // MaxPayloadLimit bounds timers.max_payload.
@@ -42,6 +61,11 @@ func (c Config) Validate() error {
 	}
 	if c.AckWait < time.Second {
 		errs = append(errs, fmt.Errorf("timers.ack_wait %v must be at least 1s", c.AckWait))
+	}
+	for q := range c.Queues {
+		if CheckQueue(q) != nil {
+			errs = append(errs, fmt.Errorf("timers.queues: %q is not a queue name: use 1 to 64 of A-Z a-z 0-9 _ -", q))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -16,5 +16,8 @@
 //     time on dispatch's consumer, which acknowledges a message once its
 //     resets are stored.
 //   - requests.go: resets as core NATS requests, answered once stored.
+//   - journal.go: the journal of the durable queues' timers, written
+//     before a reset or cancel is acknowledged, from which the guard
+//     restores them when Redis loses data.
 //   - config.go, metrics.go: the timers section and sigwatch_timers_*.
 package timer

@@ -18,6 +18,8 @@ type metrics struct {
 	resets        *prometheus.CounterVec
 	invalid       *prometheus.CounterVec
 	backlog       prometheus.Gauge
+	journalled    prometheus.Counter
+	journalErrors prometheus.Counter
 	warn          *ratelog.Limiter
 }
 
@@ -37,9 +39,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Timer resets refused as malformed, by reason; over NATS they go to the invalid subject."}, []string{"reason"}),
 		backlog: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "nats_backlog",
 			Help: "Reset messages waiting in the reset stream, not yet stored."}),
+		journalled: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "journal_writes_total",
+			Help: "Timer states (resets and cancels of durable queues) stored in the timer journal."}),
+		journalErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "journal_errors_total",
+			Help: "Timer states the journal did not store; their reset or cancel was refused."}),
 		warn: ratelog.New(time.Second, nil),
 	}
-	for _, c := range []prometheus.Collector{m.fired, m.lag, m.publishErrors, m.resets, m.invalid, m.backlog} {
+	for _, c := range []prometheus.Collector{m.fired, m.lag, m.publishErrors, m.resets, m.invalid, m.backlog, m.journalled, m.journalErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("timer: register metrics: %w", err)
 		}

@@ -43,6 +43,9 @@ type Options struct {
 	// (claims, payload reads, settles), apart from the one resets are
 	// written on, so that firing does not queue behind large writes.
 	FireStore *shard.Store
+	// Journal, if set, is where the timers of durable queues are journalled
+	// before a reset or cancel is acknowledged (see journal.go).
+	Journal *dispatch.TimerJournal
 
 	// firing, in tests, runs in Fire between reading the firing timers'
 	// payloads and publishing their events.
@@ -147,7 +150,7 @@ func (s *Service) Reset(ctx context.Context, rs []shard.TimerReset) error {
 	if len(rs) == 0 {
 		return nil
 	}
-	if err := s.writer.ResetTimers(ctx, rs); err != nil {
+	if err := s.resetJournalled(ctx, rs); err != nil {
 		return fmt.Errorf("timer: reset: %w", err)
 	}
 	return nil
@@ -171,7 +174,7 @@ func (s *Service) Cancel(ctx context.Context, queue, id string) (bool, error) {
 	if err := CheckQueue(queue); err != nil {
 		return false, err
 	}
-	return s.writer.CancelTimer(ctx, shard.TimerMember(queue, id))
+	return s.cancelJournalled(ctx, queue, id)
 }
 
 // Limits returns the bounds a reset must keep.

@@ -51,7 +51,8 @@ type App struct {
 	// durable device registry (nil in NATS core mode).
 	guard    *guard.Guard
 	registry *dispatch.Registry
-	devices  *shard.Devices // the API's per-device operations
+	journal  *dispatch.TimerJournal // the durable timers' journal (nil: none)
+	devices  *shard.Devices         // the API's per-device operations
 	pub      *dispatch.Bus
 	in       *ingest.Ingest
 	claim    *ingest.Claim // this process's hold on its mqtt.client_id

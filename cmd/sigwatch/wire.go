@@ -59,7 +59,10 @@ func (a *App) connect(ctx context.Context) error {
 		a.log.Warn("NATS core mode: no durable device registry; if Redis loses data, devices only it knew of are forgotten")
 		return nil
 	}
-	a.registry, err = a.pub.OpenRegistry(ctx)
+	if a.registry, err = a.pub.OpenRegistry(ctx); err != nil || !cfg.Timers.Enabled {
+		return err
+	}
+	a.journal, err = a.pub.OpenTimerJournal(ctx)
 	return err
 }
 
@@ -75,6 +78,7 @@ func (a *App) establish(ctx context.Context) error {
 	a.thr = shard.NewThresholds(a.store, cfg.Thresholds.Default, cfg.Thresholds.Types)
 	a.guard = guard.New(guard.Options{
 		Store: a.store, Alarm: a.repeats, Registry: a.registry, Pub: a.pub, Thresholds: a.thr,
+		Timers: a.journal, TimerDurable: cfg.Timers.Durable,
 		RestoreAlarm: func(ctx context.Context, id, raw string) error {
 			if a.alarms == nil {
 				return nil
@@ -189,7 +193,7 @@ func (a *App) newTimers(context.Context) error {
 		Replica: a.id, Fire: cfg.hasRole("scanner"), Config: tc, Consume: cfg.hasRole("ingest"),
 		Engine: cfg.Scanner, Now: a.clock.Now,
 		Limits:    timer.Limits{MaxPayload: cfg.Timers.MaxPayload, MaxIDLen: cfg.Ingest.MaxIDLen},
-		FireStore: a.scanStore,
+		FireStore: a.scanStore, Journal: a.journal,
 	}, a.store, a.topo, a.pub, a.reg, a.log.With("role", "timers"))
 	return err
 }
