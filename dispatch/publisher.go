@@ -32,11 +32,11 @@ type Bus struct {
 	atomicFallbacks prometheus.Counter
 
 	// fast says the stream takes fast batches (see fast.go).
-	fast          bool
-	fastIn        *fastInbox
+	fast   bool
+	fastIn *fastInbox
 
 	// ttl says the stream takes per-message TTLs: lapsing fences (lapse.go).
-	ttl bool
+	ttl           bool
 	fastBatches   prometheus.Counter
 	fastFallbacks prometheus.Counter
 }
