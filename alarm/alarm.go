@@ -96,7 +96,7 @@ func (o *Options) defaults() {
 		o.AckWait = DefaultConfig().AckWait
 	}
 	if o.Workers <= 0 {
-		o.Workers = 32
+		o.Workers = DefaultConfig().Workers
 	}
 	if o.CountEvery <= 0 {
 		o.CountEvery = 2 * time.Second

@@ -1,0 +1,73 @@
+//go:build demo
+
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// testFreeze reads SIGWATCH_TEST_FREEZE_BEFORE_NOTIFY, a count n. It is a
+// test seam only, in builds with the demo tag: the alarm worker holds the
+// notifications of the transitions it has just stored until n are held,
+// or a second has passed since the first, then the process stops itself
+// (SIGSTOP) with them in hand; once continued it publishes them. It lets
+// the process tests pause a replica exactly between a transition and its
+// notification.
+func testFreeze() (func(string), error) {
+	v := os.Getenv("SIGWATCH_TEST_FREEZE_BEFORE_NOTIFY")
+	if v == "" {
+		return nil, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return nil, fmt.Errorf("SIGWATCH_TEST_FREEZE_BEFORE_NOTIFY %q: want a count of at least 1", v)
+	}
+	f := &freezer{n: n}
+	return f.hold, nil
+}
+
+type freezer struct {
+	n int
+
+	mu      sync.Mutex
+	gate    chan struct{} // closed once the burst's freeze is over
+	waiting int
+	first   time.Time
+}
+
+func (f *freezer) hold(what string) {
+	f.mu.Lock()
+	if f.gate == nil {
+		gate := make(chan struct{})
+		f.gate, f.first = gate, time.Now()
+		time.AfterFunc(time.Second, func() { f.freeze(gate) })
+	}
+	gate := f.gate
+	f.waiting++
+	if f.waiting >= f.n {
+		go f.freeze(gate)
+	}
+	f.mu.Unlock()
+	<-gate
+}
+
+// freeze stops the process with the burst of gate in hand, once.
+func (f *freezer) freeze(gate chan struct{}) {
+	f.mu.Lock()
+	if f.gate != gate {
+		f.mu.Unlock()
+		return
+	}
+	n, first := f.waiting, f.first
+	f.gate, f.waiting = nil, 0
+	f.mu.Unlock()
+	fmt.Fprintf(os.Stderr, "test seam: freezing with %d notifications in hand, the first held %v ago\n", n, time.Since(first).Round(time.Millisecond))
+	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	fmt.Fprintf(os.Stderr, "test seam: continued; publishing %d notifications\n", n)
+	close(gate)
+}
