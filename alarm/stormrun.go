@@ -164,9 +164,6 @@ func (a *Alarms) stormTransition(ctx context.Context, sc string, fence dispatch.
 		if ok {
 			a.rememberStorm(sc, next)
 			a.m.stormTransition(next)
-			if a.opts.BeforeNotify != nil {
-				a.opts.BeforeNotify("storm")
-			}
 			return a.flushStorm(ctx, sc, fence)
 		}
 	}
@@ -188,6 +185,9 @@ func (a *Alarms) flushStorm(ctx context.Context, sc string, fence dispatch.Fence
 		st, err := parseStorm(raw)
 		if err != nil || len(st.Pending) == 0 {
 			return err
+		}
+		if a.opts.BeforeNotify != nil {
+			a.opts.BeforeNotify("storm")
 		}
 		for _, ev := range st.Pending {
 			msg, err := dispatch.Encode(a.pub.Subjects(), ev)

@@ -135,3 +135,68 @@ func readLog(t *testing.T, p *proc) []byte {
 	}
 	return b
 }
+
+// TestPausedAlarmWorkerPublishesNoStaleStorm: alarm worker a stops itself
+// right after it stored the start of group g0's storm, before its event
+// went out; worker b carries the storm out; a is released after more than
+// nats.duplicates. Then the same with the storm's end. One started and one
+// ended event must be stored, each once, with one scope alarm raised and
+// resolved and no device alarm.
+func TestPausedAlarmWorkerPublishesNoStaleStorm(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
+	const window = 2 * time.Second
+	common := append([]string{"SIGWATCH_THRESHOLDS_DEFAULT=1s", "SIGWATCH_NATS_DUPLICATES=" + window.String(),
+		"SIGWATCH_ALARM_ACK_WAIT=1s", "SIGWATCH_ALARM_INTERVAL=10m", "SIGWATCH_SCANNER_LEASE_TTL=1s",
+		"SIGWATCH_STORM_HOLD=2s"}, groupedConfig...)
+	worker := func(name string, extra ...string) *proc {
+		return startProc(t, env, name, append(append(common, "SIGWATCH_ROLES=alarm"), extra...)...)
+	}
+	startProc(t, env, "edge", append(common, "SIGWATCH_ROLES=ingest,scanner,api")...)
+	a := worker("a", "SIGWATCH_TEST_FREEZE_BEFORE_NOTIFY=storm:1")
+	t.Cleanup(func() { _ = a.cmd.Process.Signal(syscall.SIGCONT) })
+	alarms := watchAlarms(t, env)
+	storms := watchStorms(t, env)
+	f := startGroupedFleet(t, env.Mosquitto.URL, 6, 20, 200*time.Millisecond) // g0 is a sixth: no fleet storm
+	time.Sleep(3 * time.Second)
+	g0 := f.groups[0]
+
+	round := func(state string, freezes int, act func()) {
+		act()
+		waitFrozen(t, a, freezes, 20*time.Second)
+		if got := stormsOf(storms, dispatch.ScopeGroup, "g0", state); len(got) != 0 {
+			t.Fatalf("%d g0 storm %s events stored while a held it, want 0: %+v (now %d)", len(got), state, got[0], time.Now().UnixMilli())
+		}
+		b := worker("b-" + state)
+		storms.Wait(t, 20*time.Second, "b publishes the storm "+state, func(s dispatch.Storm) bool {
+			return s.Group == "g0" && s.State == state
+		})
+		time.Sleep(window + time.Second)
+		if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second) // a's held publishes land now, or are refused
+		b.kill()
+	}
+	round(alarm.StormStarted, 1, func() { f.silenceAll(g0) })
+	testenv.WaitFor(t, 10*time.Second, "the g0 alarm raised", func() bool { return hasScopeAlarm(alarms, "g0", alarm.Raised) })
+	round(alarm.StormEnded, 2, func() { f.reviveAll(g0) })
+	testenv.WaitFor(t, 10*time.Second, "the g0 alarm resolved", func() bool { return hasScopeAlarm(alarms, "g0", alarm.Resolved) })
+
+	for _, state := range []string{alarm.StormStarted, alarm.StormEnded} {
+		if n := len(stormsOf(storms, dispatch.ScopeGroup, "g0", state)); n != 1 {
+			t.Errorf("%d g0 storm %s events, want 1", n, state)
+		}
+	}
+	for id, n := range storms.MsgIDs() {
+		if n != 1 {
+			t.Errorf("storm event %s stored %d times, want once", id, n)
+		}
+	}
+	if as := scopeAlarms(alarms, "g0"); alarmSequence(as) != nil || len(as) != 2 {
+		t.Errorf("g0 alarm: want raised then resolved: %s", show(as))
+	}
+	if n := deviceAlarms(alarms, g0); n != 0 {
+		t.Errorf("%d device alarm notifications for g0, want 0", n)
+	}
+	checkStoredOnce(t, env)
+}

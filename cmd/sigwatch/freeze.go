@@ -6,33 +6,40 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 )
 
-// testFreeze reads SIGWATCH_TEST_FREEZE_BEFORE_NOTIFY, a count n. It is a
-// test seam only, in builds with the demo tag: the alarm worker holds the
-// notifications of the transitions it has just stored until n are held,
-// or a second has passed since the first, then the process stops itself
-// (SIGSTOP) with them in hand; once continued it publishes them. It lets
-// the process tests pause a replica exactly between a transition and its
-// notification.
+// testFreeze reads SIGWATCH_TEST_FREEZE_BEFORE_NOTIFY, a count n, or
+// what:n to hold only notifications of one kind ("storm", "raised", …).
+// It is a test seam only, in builds with the demo tag: the alarm worker
+// holds the notifications of the transitions it has just stored until n
+// are held, or a second has passed since the first, then the process stops
+// itself (SIGSTOP) with them in hand; once continued it publishes them. It
+// lets the process tests pause a replica exactly between a transition and
+// its notification.
 func testFreeze() (func(string), error) {
 	v := os.Getenv("SIGWATCH_TEST_FREEZE_BEFORE_NOTIFY")
 	if v == "" {
 		return nil, nil
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		return nil, fmt.Errorf("SIGWATCH_TEST_FREEZE_BEFORE_NOTIFY %q: want a count of at least 1", v)
+	what, count, ok := strings.Cut(v, ":")
+	if !ok {
+		what, count = "", v
 	}
-	f := &freezer{n: n}
+	n, err := strconv.Atoi(count)
+	if err != nil || n < 1 {
+		return nil, fmt.Errorf("SIGWATCH_TEST_FREEZE_BEFORE_NOTIFY %q: want a count of at least 1, or what:count", v)
+	}
+	f := &freezer{what: what, n: n}
 	return f.hold, nil
 }
 
 type freezer struct {
-	n int
+	what string // "": every kind
+	n    int
 
 	mu      sync.Mutex
 	gate    chan struct{} // closed once the burst's freeze is over
@@ -41,6 +48,9 @@ type freezer struct {
 }
 
 func (f *freezer) hold(what string) {
+	if f.what != "" && what != f.what {
+		return
+	}
 	f.mu.Lock()
 	if f.gate == nil {
 		gate := make(chan struct{})
@@ -66,7 +76,7 @@ func (f *freezer) freeze(gate chan struct{}) {
 	n, first := f.waiting, f.first
 	f.gate, f.waiting = nil, 0
 	f.mu.Unlock()
-	fmt.Fprintf(os.Stderr, "test seam: freezing with %d notifications in hand, the first held %v ago\n", n, time.Since(first).Round(time.Millisecond))
+	fmt.Fprintf(os.Stderr, "test seam: freezing with %d notifications in hand, the first held %v ago (%d)\n", n, time.Since(first).Round(time.Millisecond), time.Now().UnixMilli())
 	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 	fmt.Fprintf(os.Stderr, "test seam: continued; publishing %d notifications\n", n)
 	close(gate)
