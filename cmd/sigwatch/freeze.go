@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,8 +77,17 @@ func (f *freezer) freeze(gate chan struct{}) {
 	n, first := f.waiting, f.first
 	f.gate, f.waiting = nil, 0
 	f.mu.Unlock()
-	fmt.Fprintf(os.Stderr, "test seam: freezing with %d notifications in hand, the first held %v ago (%d)\n", n, time.Since(first).Round(time.Millisecond), time.Now().UnixMilli())
-	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	fmt.Fprintf(os.Stderr, "test seam: freezing with %d notifications in hand, the first held %v ago\n", n, time.Since(first).Round(time.Millisecond))
+	// kill returns before every thread has stopped: the notifications go
+	// out only once the process is continued.
+	cont := make(chan os.Signal, 1)
+	signal.Notify(cont, syscall.SIGCONT)
+	defer signal.Stop(cont)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGSTOP); err != nil {
+		fmt.Fprintf(os.Stderr, "test seam: cannot stop: %v\n", err)
+	} else {
+		<-cont
+	}
 	fmt.Fprintf(os.Stderr, "test seam: continued; publishing %d notifications\n", n)
 	close(gate)
 }
