@@ -12,7 +12,10 @@
 // one transition and one notification. Notifications are published after
 // the transition is stored and cleared from it only once JetStream has
 // them; their Nats-Msg-Id (NoteID) is derived from the transition, so
-// publishing one again after a crash is dropped by JetStream.
+// publishing one again after a crash is dropped by JetStream. Every
+// notification and storm event is fenced in the stream: a repeat timer's
+// by its shard's fence, the others by the process's lapsing fence, so a
+// replica paused past the de-duplication window publishes nothing stale.
 //
 // Repeat timers are not goroutines: they live in a second instance of the
 // sharded delay queue (shard.Keys.Alarm, family shard.Repeats) with its own
@@ -43,6 +46,8 @@
 //     losses and recoveries into transitions, carried out with the scope
 //     alarm; stormstore.go: the scopes' lost sets, states and index, their
 //     live counts, and the held alarms by storm as last counted.
+//   - fences.go: the lapsing fences of the notifications of events and of
+//     the API, and the seam that pauses them in tests.
 //   - rate.go: alarm.rate and alarm.rate_total, send slots reserved in
 //     Redis (one script) before a notification is published.
 //   - index.go: the open-alarm index, built once and kept by every
