@@ -162,9 +162,8 @@ func (a *App) newAlarms(ctx context.Context) error {
 	}
 	a.alarms, err = alarm.New(alarm.Options{
 		Policy: cfg.Alarm.Policy, Replica: replica, AckWait: cfg.Alarm.AckWait, Workers: cfg.Alarm.Workers,
-		BeforeNotify: freeze,
-		Engine:       cfg.Scanner, Rate: cfg.Alarm.Rate, RateTotal: cfg.Alarm.RateTotal,
-		Registry: a.registry, Now: now, Storm: cfg.Storm, Threshold: a.thr.For,
+		Engine: cfg.Scanner, Rate: cfg.Alarm.Rate, RateTotal: cfg.Alarm.RateTotal,
+		Registry: a.registry, Now: now, Storm: cfg.Storm, Threshold: a.thr.For, BeforeNotify: freeze,
 	}, a.store, a.topo, a.repeats, a.repeatTopo, a.pub, a.reg, a.log.With("role", "alarm"))
 	return err
 }
