@@ -77,7 +77,7 @@ func (f *freezer) freeze(gate chan struct{}) {
 	n, first := f.waiting, f.first
 	f.gate, f.waiting = nil, 0
 	f.mu.Unlock()
-	fmt.Fprintf(os.Stderr, "test seam: freezing with %d notifications in hand, the first held %v ago\n", n, time.Since(first).Round(time.Millisecond))
+	fmt.Fprintf(os.Stderr, "%s test seam: freezing with %d notifications in hand, the first held %v ago\n", time.Now().Format(time.StampMilli), n, time.Since(first).Round(time.Millisecond))
 	// kill returns before every thread has stopped: the notifications go
 	// out only once the process is continued.
 	cont := make(chan os.Signal, 1)
@@ -88,6 +88,6 @@ func (f *freezer) freeze(gate chan struct{}) {
 	} else {
 		<-cont
 	}
-	fmt.Fprintf(os.Stderr, "test seam: continued; publishing %d notifications\n", n)
+	fmt.Fprintf(os.Stderr, "%s test seam: continued; publishing %d notifications\n", time.Now().Format(time.StampMilli), n)
 	close(gate)
 }
