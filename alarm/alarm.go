@@ -64,6 +64,11 @@ type Options struct {
 	Threshold func(id, typ string) time.Duration
 	// Now is the clock, default time.Now.
 	Now func() time.Time
+	// BeforeNotify is a test seam: when set, it is called on the event and
+	// API paths after a transition is stored and before what it decided is
+	// published, with what is about to go out ("raised", "resolved", …, or
+	// "storm").
+	BeforeNotify func(what string)
 }
 
 // DefaultPolicy is the policy of an unconfigured alarm.
@@ -91,7 +96,7 @@ func (o *Options) defaults() {
 		o.AckWait = DefaultConfig().AckWait
 	}
 	if o.Workers <= 0 {
-		o.Workers = 32
+		o.Workers = DefaultConfig().Workers
 	}
 	if o.CountEvery <= 0 {
 		o.CountEvery = 2 * time.Second
@@ -113,6 +118,9 @@ type Alarms struct {
 	m      *metrics
 	engine *queue.Engine // the repeat timers' engine, nil without Options.Replica
 	storms storms
+	// notes fences the notifications no repeat timer shard fences: those
+	// of events and of the API (see fences.go).
+	notes *dispatch.Lapsing
 
 	running atomic.Bool
 }
@@ -137,7 +145,8 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, timers *shard.St
 	if err != nil {
 		return nil, err
 	}
-	a := &Alarms{opts: opts, store: store, topo: topo, timers: timers, rtopo: timerTopo, pub: pub, log: log, m: m}
+	a := &Alarms{opts: opts, store: store, topo: topo, timers: timers, rtopo: timerTopo, pub: pub, log: log, m: m,
+		notes: pub.Lapsing(notesScope, cmp.Or(opts.Replica, "api"), min(opts.Workers, maxNoteLanes))}
 	if opts.Replica != "" {
 		a.engine, err = queue.New(queue.Options{
 			Replica: opts.Replica, Family: shard.Repeats, Name: "repeats", Watermark: store,
@@ -239,6 +248,7 @@ func (a *Alarms) Get(ctx context.Context, id string) (View, bool, error) {
 // resume if the device is still silent. It fails with ErrNoAlarm when
 // there is no open alarm.
 func (a *Alarms) Ack(ctx context.Context, id string, until time.Time) (View, error) {
+	fence, fenceErr := a.notes.Take(ctx)
 	now := a.opts.Now()
 	var u int64
 	if !until.IsZero() {
@@ -257,13 +267,14 @@ func (a *Alarms) Ack(ctx context.Context, id string, until time.Time) (View, err
 	if err != nil {
 		return View{}, err
 	}
-	return view(id, a.settle(ctx, id, st).State), nil
+	return view(id, a.settle(ctx, id, st, fence, fenceErr).State), nil
 }
 
 // Remove resolves id's alarm (reason removed) when the device is no
 // longer watched, and reports whether one was open; lost events from
 // before now raise nothing for the device.
 func (a *Alarms) Remove(ctx context.Context, id string) (bool, error) {
+	fence, fenceErr := a.notes.Take(ctx)
 	now := a.opts.Now()
 	m := a.machine(id, now)
 	var open bool
@@ -277,19 +288,24 @@ func (a *Alarms) Remove(ctx context.Context, id string) (bool, error) {
 		return false, err
 	}
 	if a.stormsOn() {
-		if err := a.stormBack(ctx, []string{group}, id); err != nil {
+		if err := a.stormBack(ctx, []string{group}, id, fence); err != nil {
 			a.log.Warn("removed device not taken out of its storm counts", "device", id, "err", err)
 		}
 	}
-	a.settle(ctx, id, st)
+	a.settle(ctx, id, st, fence, fenceErr)
 	return open, nil
 }
 
-// settle publishes what a transition made by the API decided. A failure is
-// not the caller's: the transition is stored and the device's timer
-// publishes it later.
-func (a *Alarms) settle(ctx context.Context, id string, st stored) stored {
-	out, err := a.flush(ctx, id, st, dispatch.Fence{})
+// settle publishes what a transition made by the API decided, under the
+// fence taken before it (or not, when taking it failed). A failure is not
+// the caller's: the transition is stored and the device's timer publishes
+// it later.
+func (a *Alarms) settle(ctx context.Context, id string, st stored, fence dispatch.Fence, fenceErr error) stored {
+	a.beforeNotify(st)
+	out, err := st, fenceErr
+	if err == nil {
+		out, err = a.flush(ctx, id, st, fence)
+	}
 	if err != nil {
 		a.log.Warn("alarm notification not published yet; retried by its timer", "device", id, "err", err)
 		return st

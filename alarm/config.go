@@ -13,6 +13,8 @@ import (
 type Config struct {
 	Policy  `yaml:",inline"`
 	AckWait time.Duration `yaml:"ack_wait"`
+	// Workers bounds the events a process handles at once.
+	Workers int `yaml:"workers"`
 	// Rate caps the notifications of each type per second, and RateTotal
 	// those of all types together, across every replica (0: unlimited;
 	// else 0.001 to 1000). Notifications beyond them are delayed, never
@@ -23,7 +25,9 @@ type Config struct {
 
 // DefaultConfig is the alarm section when nothing is configured; with
 // DefaultPolicy it is the only copy of these defaults.
-func DefaultConfig() Config { return Config{Policy: DefaultPolicy, AckWait: 30 * time.Second} }
+func DefaultConfig() Config {
+	return Config{Policy: DefaultPolicy, AckWait: 30 * time.Second, Workers: 32}
+}
 
 // Validate refuses a policy that cannot work, saying what to change.
 func (c Config) Validate() error {
@@ -54,6 +58,9 @@ func (c Config) Validate() error {
 	}
 	if c.AckWait < time.Second {
 		bad("alarm.ack_wait must be at least 1s")
+	}
+	if c.Workers < 1 || c.Workers > 1024 {
+		bad("alarm.workers %d must be between 1 and 1024", c.Workers)
 	}
 	return errors.Join(errs...)
 }

@@ -19,6 +19,10 @@ type events struct{ a *Alarms }
 // since (or damps it into flapping).
 func (e events) Lost(ctx context.Context, ev dispatch.Lost) error {
 	a := e.a
+	fence, err := a.notes.Take(ctx)
+	if err != nil {
+		return err
+	}
 	cur, err := a.current(ctx, ev.Device)
 	if err != nil {
 		return err
@@ -26,14 +30,14 @@ func (e events) Lost(ctx context.Context, ev dispatch.Lost) error {
 	if a.stormsOn() {
 		// Counted before the alarm is decided, so that the storm this
 		// loss completes holds it.
-		if err := a.stormLoss(ctx, ev, cur); err != nil {
+		if err := a.stormLoss(ctx, ev, cur, fence); err != nil {
 			return err
 		}
 	}
 	now := a.opts.Now()
 	m := a.deviceMachine(ev.Device, ev.Type, now)
 	var changed bool
-	_, err = a.apply(ctx, ev.Device, now, func(st *State) (bool, error) {
+	_, err = a.apply(ctx, ev.Device, now, fence, func(st *State) (bool, error) {
 		changed = m.lost(st, ev.Deadline, ev.Type, cur)
 		if changed && ev.Group != st.Group {
 			st.Group = ev.Group
@@ -49,19 +53,23 @@ func (e events) Lost(ctx context.Context, ev dispatch.Lost) error {
 // Recovered resolves the alarm of a device that signalled again.
 func (e events) Recovered(ctx context.Context, ev dispatch.Recovered) error {
 	a := e.a
+	fence, err := a.notes.Take(ctx)
+	if err != nil {
+		return err
+	}
 	now := a.opts.Now()
 	m := a.machine(ev.Device, now)
 	var changed bool
 	// The device leaves the storms of the group it was lost under and of
 	// the one it is back under: it may have roamed meanwhile.
 	groups := []string{ev.Group}
-	_, err := a.apply(ctx, ev.Device, now, func(st *State) (bool, error) {
+	_, err = a.apply(ctx, ev.Device, now, fence, func(st *State) (bool, error) {
 		groups = append(groups[:1], st.Group)
 		changed = m.recovered(st, ev.LostAt, ev.Type)
 		return changed, nil
 	})
 	if err == nil && a.stormsOn() {
-		err = a.stormBack(ctx, groups, ev.Device)
+		err = a.stormBack(ctx, groups, ev.Device, fence)
 	}
 	if err == nil {
 		a.m.handled("recovered", changed)

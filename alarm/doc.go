@@ -17,7 +17,10 @@
 // notification is written there, acked, before the notification is
 // published; storms and their scope alarms likewise, per scope, so that a
 // restore after Redis lost data puts back what was announced (durable.go,
-// stormrestore.go).
+// stormrestore.go). Every notification and storm event is fenced in the
+// stream: a repeat timer's by its shard's fence, the others by the
+// process's lapsing fence, so a replica paused past the de-duplication
+// window publishes nothing stale.
 //
 // Repeat timers are not goroutines: they live in a second instance of the
 // sharded delay queue (shard.Keys.Alarm, family shard.Repeats) with its own
@@ -53,6 +56,8 @@
 //   - durable.go: the alarm and storm states in the durable registry,
 //     written before their notifications are published, and the paces
 //     moved past the send slots a restore puts back.
+//   - fences.go: the lapsing fences of the notifications of events and of
+//     the API, and the seam that pauses them in tests.
 //   - rate.go: alarm.rate and alarm.rate_total, send slots reserved in
 //     Redis (one script) before a notification is published.
 //   - index.go: the open-alarm index, built once and kept by every

@@ -18,8 +18,9 @@ import (
 // Nats-Msg-Id and is dropped by JetStream. When publishing fails the notes
 // stay pending and the device's timer (or the event's redelivery) tries
 // again. A repeat timer's wake publishes under its shard's fence, so that a
-// replica that lost the shard publishes nothing; the event path publishes
-// unfenced (the zero Fence).
+// replica that lost the shard publishes nothing; the event and API paths
+// under a lapsing fence taken before the state was read (fences.go), so
+// that a replica paused past it publishes nothing.
 func (a *Alarms) flush(ctx context.Context, id string, st stored, fence dispatch.Fence) (stored, error) {
 	for attempt := 0; attempt < casAttempts; attempt++ {
 		if len(st.Pending) == 0 {
@@ -95,11 +96,13 @@ func (a *Alarms) flush(ctx context.Context, id string, st stored, fence dispatch
 	return st, fmt.Errorf("%w: %s", errContended, id)
 }
 
-// apply runs a transition and publishes what it decided.
-func (a *Alarms) apply(ctx context.Context, id string, now time.Time, decide func(st *State) (bool, error)) (stored, error) {
+// apply runs a transition and publishes what it decided under fence,
+// taken before the transition.
+func (a *Alarms) apply(ctx context.Context, id string, now time.Time, fence dispatch.Fence, decide func(st *State) (bool, error)) (stored, error) {
 	st, err := a.transition(ctx, id, now, decide)
 	if err != nil {
 		return st, err
 	}
-	return a.flush(ctx, id, st, dispatch.Fence{})
+	a.beforeNotify(st)
+	return a.flush(ctx, id, st, fence)
 }

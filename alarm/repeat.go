@@ -100,7 +100,7 @@ func (a *Alarms) wake(ctx context.Context, i int, e shard.Entry, now time.Time, 
 	id := e.ID
 	if sc, ok := scopeOf(id); ok {
 		// A scope's timer first carries out its storm's transitions.
-		if err := a.flushStorm(ctx, sc); err != nil {
+		if err := a.flushStorm(ctx, sc, fence); err != nil {
 			return false, 0, err
 		}
 	}

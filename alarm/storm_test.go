@@ -154,7 +154,7 @@ func TestLossCountedAfterItsRecoveryIsTakenBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost := dispatch.Lost{ID: dispatch.LostID("blink", lostAt), Device: "blink", Group: "gw", Deadline: lostAt}
-	if err := a.stormLoss(ctx, lost, 0); err != nil { // 0: read while the device was lost
+	if err := a.stormLoss(ctx, lost, 0, dispatch.Fence{}); err != nil { // 0: read while the device was lost
 		t.Fatal(err)
 	}
 	for _, sc := range scopesOf("gw") {

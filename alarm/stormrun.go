@@ -21,10 +21,10 @@ import (
 // one found back once its loss is counted: its recovery may have been
 // handled between the two (another worker), and would have taken out
 // nothing.
-func (a *Alarms) stormLoss(ctx context.Context, ev dispatch.Lost, current int64) error {
+func (a *Alarms) stormLoss(ctx context.Context, ev dispatch.Lost, current int64, fence dispatch.Fence) error {
 	scopes := scopesOf(ev.Group)
 	if current > ev.Deadline {
-		return a.stormBack(ctx, []string{ev.Group}, ev.Device)
+		return a.stormBack(ctx, []string{ev.Group}, ev.Device, fence)
 	}
 	w := a.window(ev.Device, ev.Type).Milliseconds()
 	counts, err := a.countLoss(ctx, scopes, ev.Device, ev.Deadline, ev.Deadline-w)
@@ -36,7 +36,7 @@ func (a *Alarms) stormLoss(ctx context.Context, ev dispatch.Lost, current int64)
 		return err
 	}
 	if after > ev.Deadline {
-		return a.stormBack(ctx, []string{ev.Group}, ev.Device)
+		return a.stormBack(ctx, []string{ev.Group}, ev.Device, fence)
 	}
 	for j, sc := range scopes {
 		c := counts[j]
@@ -48,7 +48,7 @@ func (a *Alarms) stormLoss(ctx context.Context, ev dispatch.Lost, current int64)
 			continue
 		}
 		hold := a.hold(ev.Device, ev.Type).Milliseconds()
-		err = a.stormTransition(ctx, sc, func(st *stormState, now int64) bool {
+		err = a.stormTransition(ctx, sc, fence, func(st *stormState, now int64) bool {
 			if st.Active {
 				return false
 			}
@@ -68,7 +68,7 @@ func (a *Alarms) stormLoss(ctx context.Context, ev dispatch.Lost, current int64)
 // it roamed) and ends the storms that fall below their threshold — also a
 // group's whose devices all roamed away: a storm ends when the devices it
 // counts are back, wherever they are now.
-func (a *Alarms) stormBack(ctx context.Context, groups []string, id string) error {
+func (a *Alarms) stormBack(ctx context.Context, groups []string, id string, fence dispatch.Fence) error {
 	var scopes []string
 	for _, g := range groups {
 		for _, sc := range scopesOf(g) {
@@ -96,7 +96,7 @@ func (a *Alarms) stormBack(ctx context.Context, groups []string, id string) erro
 		if left >= a.opts.Storm.need(sc, watched) {
 			continue
 		}
-		err = a.stormTransition(ctx, sc, func(st *stormState, now int64) bool {
+		err = a.stormTransition(ctx, sc, fence, func(st *stormState, now int64) bool {
 			if !st.Active {
 				return false
 			}
@@ -132,8 +132,8 @@ func (a *Alarms) stormEvent(sc string, st *stormState, state string, now int64) 
 // stormTransition applies decide to scope sc's storm with compare-and-set
 // until it sticks, then carries out what it decided. The scope alarm's
 // timer is armed first, so that a crash before the notifications are out
-// leaves a timer that sends them.
-func (a *Alarms) stormTransition(ctx context.Context, sc string, decide func(st *stormState, now int64) bool) error {
+// leaves a timer that sends them. What it decided goes out under fence.
+func (a *Alarms) stormTransition(ctx context.Context, sc string, fence dispatch.Fence, decide func(st *stormState, now int64) bool) error {
 	for attempt := 0; attempt < casAttempts; attempt++ {
 		raw, err := a.readStorm(ctx, sc)
 		if err != nil {
@@ -164,7 +164,7 @@ func (a *Alarms) stormTransition(ctx context.Context, sc string, decide func(st 
 		if ok {
 			a.rememberStorm(sc, next)
 			a.m.stormTransition(next)
-			return a.flushStorm(ctx, sc)
+			return a.flushStorm(ctx, sc, fence)
 		}
 	}
 	return fmt.Errorf("%w: storm %s", errContended, sc)
@@ -173,8 +173,10 @@ func (a *Alarms) stormTransition(ctx context.Context, sc string, decide func(st 
 // flushStorm carries out the pending transitions of scope sc's storm, in
 // order: its event, its alarm's raise or resolve, and at an end the wake of
 // the devices still lost. Each step is idempotent, so a replica that
-// repeats them after a crash, or races another, does each once.
-func (a *Alarms) flushStorm(ctx context.Context, sc string) error {
+// repeats them after a crash, or races another, does each once. Its event
+// and its alarm's notifications go out under fence, taken before the
+// storm's state was read.
+func (a *Alarms) flushStorm(ctx context.Context, sc string, fence dispatch.Fence) error {
 	for attempt := 0; attempt < casAttempts; attempt++ {
 		raw, err := a.readStorm(ctx, sc)
 		if err != nil {
@@ -188,16 +190,19 @@ func (a *Alarms) flushStorm(ctx context.Context, sc string) error {
 		if err := a.persistScope(ctx, sc, raw, ""); err != nil {
 			return fmt.Errorf("alarm: keep storm %s before notifying: %w", sc, err)
 		}
+		if a.opts.BeforeNotify != nil {
+			a.opts.BeforeNotify("storm")
+		}
 		for _, ev := range st.Pending {
 			msg, err := dispatch.Encode(a.pub.Subjects(), ev)
 			if err != nil {
 				return err
 			}
-			if err := errors.Join(a.pub.Publish(ctx, []dispatch.Message{msg})...); err != nil {
+			if err := errors.Join(a.pub.PublishFenced(ctx, fence, []dispatch.Message{msg})...); err != nil {
 				a.m.publishErrors.Inc()
 				return fmt.Errorf("alarm: storm event %s: %w", ev.ID, err)
 			}
-			if err := a.scopeAlarm(ctx, sc, st, ev); err != nil {
+			if err := a.scopeAlarm(ctx, sc, st, ev, fence); err != nil {
 				return err
 			}
 			if ev.State == StormEnded {
@@ -230,11 +235,11 @@ func (a *Alarms) flushStorm(ctx context.Context, sc string) error {
 // scopeAlarm raises (at a start) or resolves (at an end) the alarm of
 // scope sc for the storm of ev. The alarm is a device alarm without a
 // device: its lost deadline is the storm's start.
-func (a *Alarms) scopeAlarm(ctx context.Context, sc string, st stormState, ev dispatch.Storm) error {
+func (a *Alarms) scopeAlarm(ctx context.Context, sc string, st stormState, ev dispatch.Storm, fence dispatch.Fence) error {
 	id := ScopeAlarmID(sc)
 	now := a.opts.Now()
 	m := a.machine(id, now)
-	_, err := a.apply(ctx, id, now, func(s *State) (bool, error) {
+	_, err := a.apply(ctx, id, now, fence, func(s *State) (bool, error) {
 		if ev.State == StormStarted {
 			return m.lost(s, ev.Since, st.Type, 0), nil
 		}

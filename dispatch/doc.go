@@ -22,6 +22,10 @@
 //     fence, and the look-up of events an earlier owner stored. A
 //     replicated stream checks one fence of a subject at a time: what it
 //     refuses as busy is no fence and goes out again.
+//   - lapse.go: lapsing fences for work no shard owns: fence messages the
+//     stream removes after half the de-duplication window (Nats-TTL), so
+//     that what a paused process still holds is refused once it is gone;
+//     renewed on fresh subjects, spread over lanes.
 //   - types.go: the bound on device types that get a subject token of
 //     their own (nats.max_types).
 //   - registry.go: the durable device registry (invariant 10), a KV bucket

@@ -24,8 +24,9 @@ import (
 // as the second line.
 
 // ErrFenced says the stream refused a publish because another owner has
-// fenced the shard since: the publisher's lease is lost.
-var ErrFenced = errors.New("dispatch: fenced out: another owner has taken the shard")
+// fenced the shard since, or the publisher's lapsing fence has lapsed
+// (lapse.go): the publisher's hold is lost.
+var ErrFenced = errors.New("dispatch: fenced out: another owner has taken the shard, or the fence lapsed")
 
 // Fence is an owner's hold on the events of one shard: the fence subject
 // and the stream sequence of the owner's fence message on it. The zero

@@ -32,8 +32,11 @@ type Bus struct {
 	atomicFallbacks prometheus.Counter
 
 	// fast says the stream takes fast batches (see fast.go).
-	fast          bool
-	fastIn        *fastInbox
+	fast   bool
+	fastIn *fastInbox
+
+	// ttl says the stream takes per-message TTLs: lapsing fences (lapse.go).
+	ttl           bool
 	fastBatches   prometheus.Counter
 	fastFallbacks prometheus.Counter
 }
@@ -126,6 +129,8 @@ func (p *Bus) ensureStream(ctx context.Context) error {
 		// server has them (2.12+, 2.14+); an older one ignores these.
 		AllowAtomicPublish: true,
 		AllowBatchPublish:  true,
+		// Lapsing fences expire by a per-message TTL (2.11+).
+		AllowMsgTTL: true,
 	}
 	s, err := p.js.Stream(ctx, p.opts.Stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -133,6 +138,7 @@ func (p *Bus) ensureStream(ctx context.Context) error {
 		created, err = p.js.CreateStream(ctx, want)
 		if err == nil {
 			p.atomic, p.fast = takesAtomic(created.CachedInfo().Config), takesFast(created.CachedInfo().Config)
+			p.ttl = created.CachedInfo().Config.AllowMsgTTL
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -163,18 +169,19 @@ func (p *Bus) ensureStream(ctx context.Context) error {
 	}
 	if cfg.MaxAge == want.MaxAge && cfg.Duplicates == want.Duplicates && cfg.MaxBytes == want.MaxBytes &&
 		cfg.MaxMsgs == want.MaxMsgs && cfg.Replicas == want.Replicas && slices.Equal(cfg.Subjects, subjects) &&
-		cfg.AllowAtomicPublish && cfg.AllowBatchPublish {
-		p.atomic, p.fast = takesAtomic(cfg), takesFast(cfg)
+		cfg.AllowAtomicPublish && cfg.AllowBatchPublish && cfg.AllowMsgTTL {
+		p.atomic, p.fast, p.ttl = takesAtomic(cfg), takesFast(cfg), true
 		return nil
 	}
 	next := cfg
 	next.Subjects = subjects
 	next.MaxAge, next.Duplicates, next.MaxBytes, next.MaxMsgs, next.Replicas =
 		want.MaxAge, want.Duplicates, want.MaxBytes, want.MaxMsgs, want.Replicas
-	next.AllowAtomicPublish, next.AllowBatchPublish = true, true
+	next.AllowAtomicPublish, next.AllowBatchPublish, next.AllowMsgTTL = true, true, true
 	updated, err := p.js.UpdateStream(ctx, next)
 	if err == nil {
 		p.atomic, p.fast = takesAtomic(updated.CachedInfo().Config), takesFast(updated.CachedInfo().Config)
+		p.ttl = updated.CachedInfo().Config.AllowMsgTTL
 	}
 	if err != nil {
 		return fmt.Errorf("dispatch: stream %s: apply max_age %v, duplicates %v, max_bytes %d, max_msgs %d, replicas %d (it has %v, %v, %d, %d, %d): %w",

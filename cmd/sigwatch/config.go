@@ -72,12 +72,13 @@ func DefaultConfig() Config {
 // tools read that are not config keys; every other SIGWATCH_* variable
 // must name a key, so that a misspelt one is refused, not ignored.
 var notSettings = []string{
-	"SIGWATCH_CONFIG",          // the config file, for run and config check
-	"SIGWATCH_API",             // the CLI's API URL
-	"SIGWATCH_TIMEOUT",         // the CLI's deadline per call
-	"SIGWATCH_TEST_CLOCK_SKEW", // a test seam, see testClockSkew
-	"SIGWATCH_SCREENSHOTS",     // where the status page tests keep screenshots
-	"SIGWATCH_BENCH_CONFIG",    // the benchmark harness
+	"SIGWATCH_CONFIG",                    // the config file, for run and config check
+	"SIGWATCH_API",                       // the CLI's API URL
+	"SIGWATCH_TIMEOUT",                   // the CLI's deadline per call
+	"SIGWATCH_TEST_CLOCK_SKEW",           // a test seam, see testClockSkew
+	"SIGWATCH_TEST_FREEZE_BEFORE_NOTIFY", // a test seam, see testFreeze
+	"SIGWATCH_SCREENSHOTS",               // where the status page tests keep screenshots
+	"SIGWATCH_BENCH_CONFIG",              // the benchmark harness
 	"SIGWATCH_BENCH_CHILD",
 }
 

@@ -30,4 +30,7 @@
 //     `sigwatch dev`, the service on servers it starts (build tag demo);
 //     devservers.go: the servers the demo and dev start, on the standard
 //     ports where free.
+//   - freeze.go: a test seam that stops an alarm worker between a
+//     transition and its notification (build tag demo); freeze_nodemo.go:
+//     none without the tag.
 package main

@@ -166,10 +166,14 @@ func (a *App) newAlarms(ctx context.Context) error {
 	if cfg.hasRole("alarm") {
 		replica, now = a.id, a.live.Wrap("alarm", a.clock.Now)
 	}
+	freeze, err := testFreeze()
+	if err != nil {
+		return err
+	}
 	a.alarms, err = alarm.New(alarm.Options{
-		Policy: cfg.Alarm.Policy, Replica: replica, AckWait: cfg.Alarm.AckWait,
+		Policy: cfg.Alarm.Policy, Replica: replica, AckWait: cfg.Alarm.AckWait, Workers: cfg.Alarm.Workers,
 		Engine: cfg.Scanner, Rate: cfg.Alarm.Rate, RateTotal: cfg.Alarm.RateTotal,
-		Registry: a.registry, Now: now, Storm: cfg.Storm, Threshold: a.thr.For,
+		Registry: a.registry, Now: now, Storm: cfg.Storm, Threshold: a.thr.For, BeforeNotify: freeze,
 	}, a.store, a.topo, a.repeats, a.repeatTopo, a.pub, a.reg, a.log.With("role", "alarm"))
 	return err
 }
