@@ -38,11 +38,11 @@ type timerRun struct {
 
 // startTimerRun starts sigwatch with a short de-duplication window, so
 // that a timer fired twice shows as two events, and waits for its API and
-// reset stream.
-func startTimerRun(t *testing.T, env *testenv.Env) *timerRun {
+// reset stream; extra settings are added last.
+func startTimerRun(t *testing.T, env *testenv.Env, extra ...string) *timerRun {
 	r := &timerRun{t: t, addr: freeAddr(t), last: map[string]int64{}, payload: map[string]string{}, cancelled: map[string]bool{}}
-	r.proc = startProc(t, env, "sigwatch", "SIGWATCH_SHARDS_INITIAL=4", "SIGWATCH_SCANNER_LEASE_TTL=1500ms",
-		"SIGWATCH_ROLES=ingest,scanner,api", "SIGWATCH_NATS_DUPLICATES=1s", "SIGWATCH_HTTP_ADDR="+r.addr)
+	r.proc = startProc(t, env, "sigwatch", append([]string{"SIGWATCH_SHARDS_INITIAL=4", "SIGWATCH_SCANNER_LEASE_TTL=1500ms",
+		"SIGWATCH_ROLES=ingest,scanner,api", "SIGWATCH_NATS_DUPLICATES=1s", "SIGWATCH_HTTP_ADDR=" + r.addr}, extra...)...)
 	r.nc = env.Conn(t, nats.ReconnectWait(50*time.Millisecond), nats.MaxReconnects(-1))
 	var err error
 	if r.js, err = jetstream.New(r.nc); err != nil {

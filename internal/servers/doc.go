@@ -18,6 +18,8 @@
 //     replicas caught up (WaitHealthy, WaitReplicated).
 //   - sentinel.go: a Redis master with replicas watched by Sentinels
 //     (StartRedisSentinel), and failovers.
+//   - replication.go: how far a Redis's replication has gone (ReplOffset), and
+//     one command sent to it (Do).
 //   - mosquitto.go: a mosquitto broker (StartMosquitto).
 //   - nats.go: an embedded nats-server with JetStream (StartNATS).
 //   - nats_process.go: a nats-server as its own process (StartNATSProcess),
