@@ -31,6 +31,8 @@
 //	               moved timer first, the carry, cancels
 //	timerrestore.go the generic timers after a loss: listed, dropped and
 //	               written back as their journal says
+//	timercheck.go  the generic timers compared with what was journalled of
+//	               them, so a write journals again what changed meanwhile
 //	claim.go       Claim, Settle (compare-and-remove, compare-and-move)
 //	wake.go        the wake rule: a claim that found nothing due records
 //	               when its loop looks again, an earlier write wakes it

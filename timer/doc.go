@@ -18,6 +18,7 @@
 //   - requests.go: resets as core NATS requests, answered once stored.
 //   - journal.go: the journal of the durable queues' timers, written
 //     before a reset or cancel is acknowledged, from which the guard
-//     restores them when Redis loses data.
+//     restores them when Redis loses data; written again, as Redis holds
+//     it, for a timer another write changed meanwhile.
 //   - config.go, metrics.go: the timers section and sigwatch_timers_*.
 package timer

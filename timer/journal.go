@@ -15,9 +15,13 @@ import (
 // it left (the deadline that holds and the payload it has), a cancel as a
 // tombstone. The guard restores them from there when Redis loses data.
 //
-// Two resets of one timer in flight at the same moment (in two batches or
-// two processes) are journalled in either order: the journal may then keep
-// the state of the one Redis stored first.
+// Two writes of one timer in flight at the same moment (in two batches or
+// two processes) may reach the journal in the other order than Redis took
+// them. So once its records are stored, a writer compares the timers in
+// Redis with them and journals again, as Redis holds it, each that
+// differs, until none does: whatever a writer journals later comes after
+// that comparison, so the record the journal keeps last is what Redis
+// holds.
 
 // resetJournalled stores rs in Redis and journals the timers of durable
 // queues as stored, all published at once and awaited together.
@@ -58,8 +62,42 @@ func (s *Service) cancelJournalled(ctx context.Context, queue, id string) (bool,
 	return ok, s.journal(ctx, []dispatch.TimerState{{Queue: queue, ID: id}})
 }
 
-// journal writes states and fails if any of them is not stored.
+// journalRounds bounds how many times a write journals again timers that
+// changed meanwhile: each round takes another write of one of them, by
+// another writer, within a round trip to the journal and one to Redis.
+const journalRounds = 64
+
+// journal writes states and fails if any of them is not stored; then
+// journals again, as Redis holds it, each timer Redis no longer holds as
+// written (another write of it may have reached the journal first).
 func (s *Service) journal(ctx context.Context, states []dispatch.TimerState) error {
+	if s.beforeJournal != nil {
+		s.beforeJournal(states)
+	}
+	for range journalRounds {
+		if err := s.journalOnce(ctx, states); err != nil || len(states) == 0 {
+			return err
+		}
+		want := make([]shard.Timer, len(states))
+		for k, st := range states {
+			want[k] = shard.Timer{Member: shard.TimerMember(st.Queue, st.ID), Deadline: st.Deadline, Payload: st.Payload}
+		}
+		changed, err := s.writer.TimersChanged(ctx, want)
+		if err != nil {
+			return fmt.Errorf("timer: compare the journal with Redis: %w", err)
+		}
+		states = states[:0:0]
+		for _, t := range changed {
+			q, id, _ := shard.SplitTimerMember(t.Member)
+			states = append(states, dispatch.TimerState{Queue: q, ID: id, Deadline: t.Deadline, Payload: t.Payload})
+		}
+		s.m.journalRewrites.Add(float64(len(states)))
+	}
+	return fmt.Errorf("timer: %d timers changed by other writes while journalled, %d times over", len(states), journalRounds)
+}
+
+// journalOnce writes states and fails if any of them is not stored.
+func (s *Service) journalOnce(ctx context.Context, states []dispatch.TimerState) error {
 	if len(states) == 0 {
 		return nil
 	}

@@ -20,7 +20,10 @@ type metrics struct {
 	backlog       prometheus.Gauge
 	journalled    prometheus.Counter
 	journalErrors prometheus.Counter
-	warn          *ratelog.Limiter
+	// journalRewrites counts timers journalled again because another
+	// write changed them in Redis while theirs was journalled.
+	journalRewrites prometheus.Counter
+	warn            *ratelog.Limiter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -43,9 +46,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Timer states (resets and cancels of durable queues) stored in the timer journal."}),
 		journalErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "journal_errors_total",
 			Help: "Timer states the journal did not store; their reset or cancel was refused."}),
+		journalRewrites: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "journal_rewrites_total",
+			Help: "Timer states journalled again: another write changed the timer in Redis while its record was written."}),
 		warn: ratelog.New(time.Second, nil),
 	}
-	for _, c := range []prometheus.Collector{m.fired, m.lag, m.publishErrors, m.resets, m.invalid, m.backlog, m.journalled, m.journalErrors} {
+	for _, c := range []prometheus.Collector{m.fired, m.lag, m.publishErrors, m.resets, m.invalid, m.backlog, m.journalled, m.journalErrors, m.journalRewrites} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("timer: register metrics: %w", err)
 		}

@@ -68,6 +68,9 @@ type Service struct {
 	wm  *shard.Store
 	m   *metrics
 	log *slog.Logger
+	// beforeJournal, if set, is called with the states of each write
+	// once Redis stored them, before they are journalled (tests).
+	beforeJournal func([]dispatch.TimerState)
 }
 
 // New returns the timer service of a process. store is the deadlines'
