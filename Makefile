@@ -50,7 +50,7 @@ FUZZTIME ?= 10s
 # SLOW are the longest process-level fault tests of cmd/sigwatch, which mostly wait out thresholds,
 # leases and outages: they run in a go test of their own beside ./..., so that cmd/sigwatch is not
 # one long line of them while the other packages are long done. Its output is shown when it ends.
-SLOW := ^(TestBrokerBlipLosesNoLiveDevice|TestRedisStoppedAPIAnswersFast|TestRedisKilledAPIAnswersFast|TestRedisRestartedGracefully|TestStalledReplicaBringsNothingBack|TestTimersFireOnceAcrossFaults|TestHealthzStaysOKWhileRedisIsDown|TestNATSClusterFailover|TestClockSkewTwoProcesses|TestTwoProcessesKillOne|TestRedisEverySecKilled|TestRedisRestartedEmpty|TestRedisClusterMasterFailover|TestRedisSentinelFailover|TestStormSurvivesRedisLoss|TestTimersSurviveRedisEmpty)$$
+SLOW := ^(TestBrokerBlipLosesNoLiveDevice|TestRedisStoppedAPIAnswersFast|TestRedisKilledAPIAnswersFast|TestRedisRestartedGracefully|TestStalledReplicaBringsNothingBack|TestTimersFireOnceAcrossFaults|TestHealthzStaysOKWhileRedisIsDown|TestNATSClusterFailover|TestClockSkewTwoProcesses|TestTwoProcessesKillOne|TestRedisEverySecKilled|TestRedisRestartedEmpty|TestRedisClusterMasterFailover|TestRedisSentinelFailover|TestStormSurvivesRedisLoss|TestTimersSurviveRedisEmpty|TestTimersSentinelFailoverToLaggedReplica)$$
 
 test: test-deps lint
 	@slow=$$(mktemp); \
