@@ -16,15 +16,15 @@ import (
 const cleanVerdict = `level=INFO msg="Redis restarted with everything it acknowledged in its append-only file; working on without a restore"`
 
 // TestRedisRestartedGracefully stops Redis (SIGTERM) running with
-// appendfsync always under a 2,000-device fleet and starts it again: the
+// appendfsync always under a 10,000-device fleet and starts it again: the
 // guard proves the restart kept everything and works on without a restore.
 func TestRedisRestartedGracefully(t *testing.T) {
-	cleanRestart(t, func(r *servers.Redis) error { return r.Stop() })
+	cleanRestart(t, 10_000, func(r *servers.Redis) error { return r.Stop() })
 }
 
 // TestRedisShutdownSaveRestarted is the same with SHUTDOWN SAVE.
 func TestRedisShutdownSaveRestarted(t *testing.T) {
-	cleanRestart(t, func(r *servers.Redis) error {
+	cleanRestart(t, 2000, func(r *servers.Redis) error {
 		port := r.Addr[strings.LastIndex(r.Addr, ":")+1:]
 		// The connection closes as Redis exits: no reply is the answer.
 		_ = exec.Command("redis-cli", "-p", port, "SHUTDOWN", "SAVE").Run()
@@ -43,7 +43,7 @@ func TestRedisShutdownSaveRestarted(t *testing.T) {
 // every acknowledged write is on disk before its reply, so a crash of the
 // Redis process loses nothing acknowledged either.
 func TestRedisAlwaysKilled(t *testing.T) {
-	cleanRestart(t, func(r *servers.Redis) error { return r.Kill() })
+	cleanRestart(t, 2000, func(r *servers.Redis) error { return r.Kill() })
 }
 
 // cleanRestart stops Redis with stop and starts it again while devices are
@@ -51,10 +51,10 @@ func TestRedisAlwaysKilled(t *testing.T) {
 // line), no live device lost, every silenced device lost once at its own
 // deadline (not re-armed a threshold later) within the time Redis was away
 // plus the normal tolerance, and the clean restart counted.
-func cleanRestart(t *testing.T, stop func(*servers.Redis) error) {
+func cleanRestart(t *testing.T, devices int, stop func(*servers.Redis) error) {
 	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true, RedisPersist: true,
 		RedisArgs: []string{"--appendfsync", "always"}})
-	r := startLossFleet(t, env, 2000, time.Second)
+	r := startLossFleet(t, env, devices, time.Second)
 	restartedClean(t, r, true, func() error {
 		if err := stop(env.Redis); err != nil {
 			return err
