@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sigwatch/sigwatch/alarm"
 	"github.com/sigwatch/sigwatch/api"
@@ -148,6 +149,11 @@ func (c Config) Warnings() []string {
 				"so a device of that threshold may be reported lost for silence inside a stall, or kept alive by a late delivery. "+
 				"Set ingest.outage_after below %v, or raise the threshold", c.Ingest.OutageAfter, name, thr, thr))
 		}
+	}
+	if c.hasRole("alarm") && c.NATS.Mode == dispatch.JetStream && c.NATS.Duplicates < 2*time.Second {
+		out = append(out, fmt.Sprintf("nats.duplicates (%v) is below 2s: an alarm process's notifications are fenced for at least 1s, "+
+			"longer than this window, so one paused past it could publish a notification again. Set nats.duplicates to 2s or more",
+			c.NATS.Duplicates))
 	}
 	return out
 }

@@ -49,6 +49,19 @@ func TestConfigCheckWarnsOutageAfter(t *testing.T) {
 	}
 }
 
+// TestConfigCheckWarnsShortDuplicates: a de-duplication window shorter
+// than the alarm notifications' shortest fence (1s, taken at half the
+// window) is accepted with a warning saying what to set.
+func TestConfigCheckWarnsShortDuplicates(t *testing.T) {
+	var out, errOut bytes.Buffer
+	t.Setenv("SIGWATCH_NATS_DUPLICATES", "1s")
+	code := run([]string{"config", "check", "--config", "../../deploy/sigwatch.yaml"}, &out, &errOut)
+	if w := errOut.String(); code != 0 || !strings.Contains(w, "warning: nats.duplicates (1s) is below 2s") ||
+		!strings.Contains(w, "Set nats.duplicates to 2s or more") {
+		t.Errorf("nats.duplicates 1s: exit %d, %q; want 0 and a warning saying what to set", code, w)
+	}
+}
+
 // TestHealthcheckCommand: `sigwatch healthcheck URL` exits 0 only on 200.
 func TestHealthcheckCommand(t *testing.T) {
 	var status atomic.Int32
