@@ -284,46 +284,50 @@ func (r *Registry) Each(ctx context.Context, fn func(DeviceRecord) error) error 
 	if err != nil {
 		return fmt.Errorf("dispatch: registry walk: %w", err)
 	}
-	info, err := cons.Info(setup)
+	// The first record may come only once the setup is done.
+	return drain(ctx, cons, "registry walk", r.idle, walkSetup, func(m jetstream.Msg) error {
+		// A deleted device's key keeps a marker (an operation header and no
+		// value) until the marker is purged.
+		if h := m.Headers(); h.Get("KV-Operation") != "" || h.Get(jetstream.MarkerReasonHeader) != "" {
+			return nil
+		}
+		var rec DeviceRecord
+		if err := json.Unmarshal(m.Data(), &rec); err != nil {
+			return fmt.Errorf("dispatch: registry walk: %s: %w", m.Subject(), err)
+		}
+		return fn(rec)
+	})
+}
+
+// drain hands every message cons has pending now to fn, a server that
+// stops delivering for idle (for first, before the first message) failing
+// the walk instead of hanging it. what names the walk in its errors.
+func drain(ctx context.Context, cons jetstream.Consumer, what string, idle, first time.Duration, fn func(jetstream.Msg) error) error {
+	info, err := cons.Info(ctx)
 	if err != nil {
-		return fmt.Errorf("dispatch: registry walk: %w", err)
+		return fmt.Errorf("dispatch: %s: %w", what, err)
 	}
 	if info.NumPending == 0 {
 		return nil
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(registryPull))
 	if err != nil {
-		return fmt.Errorf("dispatch: registry walk: %w", err)
+		return fmt.Errorf("dispatch: %s: %w", what, err)
 	}
 	defer it.Stop()
-	first := true
-	for {
-		// A server that stops delivering fails the walk instead of hanging
-		// it; the first record may come only once the setup is done.
-		idle := r.idle
-		if first {
-			idle, first = max(idle, walkSetup), false
-		}
-		wait, cancel := context.WithTimeout(ctx, idle)
-		m, err := it.Next(jetstream.NextContext(wait))
+	for wait := max(idle, first); ; wait = idle {
+		next, cancel := context.WithTimeout(ctx, wait)
+		m, err := it.Next(jetstream.NextContext(next))
 		cancel()
 		if err != nil {
-			return fmt.Errorf("dispatch: registry walk: %w", err)
+			return fmt.Errorf("dispatch: %s: %w", what, err)
 		}
 		md, err := m.Metadata()
 		if err != nil {
-			return fmt.Errorf("dispatch: registry walk: %w", err)
+			return fmt.Errorf("dispatch: %s: %w", what, err)
 		}
-		// A deleted device's key keeps a marker (an operation header and no
-		// value) until the marker is purged.
-		if h := m.Headers(); h.Get("KV-Operation") == "" && h.Get(jetstream.MarkerReasonHeader) == "" {
-			var rec DeviceRecord
-			if err := json.Unmarshal(m.Data(), &rec); err != nil {
-				return fmt.Errorf("dispatch: registry walk: %s: %w", m.Subject(), err)
-			}
-			if err := fn(rec); err != nil {
-				return err
-			}
+		if err := fn(m); err != nil {
+			return err
 		}
 		if md.NumPending == 0 {
 			return nil

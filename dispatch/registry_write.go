@@ -196,48 +196,21 @@ func (p *Bus) Losses(ctx context.Context, fn func(lost *Lost, rec *Recovered) er
 	if err != nil {
 		return fmt.Errorf("dispatch: read losses: %w", err)
 	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("dispatch: read losses: %w", err)
-	}
-	if info.NumPending == 0 {
-		return nil
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(registryPull))
-	if err != nil {
-		return fmt.Errorf("dispatch: read losses: %w", err)
-	}
-	defer it.Stop()
-	for {
-		wait, cancel := context.WithTimeout(ctx, p.opts.AckWait)
-		m, err := it.Next(jetstream.NextContext(wait))
-		cancel()
-		if err != nil {
-			return fmt.Errorf("dispatch: read losses: %w", err)
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("dispatch: read losses: %w", err)
-		}
+	return drain(ctx, cons, "read losses", p.opts.AckWait, 0, func(m jetstream.Msg) error {
 		// A body that does not parse is no loss anyone was told of.
 		if strings.HasPrefix(m.Subject(), lostPrefix) {
 			var lost Lost
 			if json.Unmarshal(m.Data(), &lost) == nil && lost.Deadline != 0 {
-				err = fn(&lost, nil)
+				return fn(&lost, nil)
 			}
-		} else {
-			var rec Recovered
-			if json.Unmarshal(m.Data(), &rec) == nil && rec.LostAt != 0 {
-				err = fn(nil, &rec)
-			}
-		}
-		if err != nil {
-			return err
-		}
-		if md.NumPending == 0 {
 			return nil
 		}
-	}
+		var rec Recovered
+		if json.Unmarshal(m.Data(), &rec) == nil && rec.LostAt != 0 {
+			return fn(nil, &rec)
+		}
+		return nil
+	})
 }
 
 // Drop deletes the registry's bucket and everything in it.

@@ -301,7 +301,7 @@ func (j *TimerJournal) Each(ctx context.Context, fn func(TimerState) error) erro
 	if err != nil {
 		return fmt.Errorf("dispatch: timer journal walk: %w", err)
 	}
-	return drain(ctx, cons, j.idle, func(m jetstream.Msg) error {
+	return drain(ctx, cons, "timer journal walk", j.idle, 0, func(m jetstream.Msg) error {
 		var st TimerState
 		if err := json.Unmarshal(m.Data(), &st); err != nil || st.Queue == "" {
 			return nil // no timer anyone was told of
@@ -325,46 +325,11 @@ func (p *Bus) TimersFired(ctx context.Context, since time.Time, fn func(Timer) e
 		return fmt.Errorf("dispatch: read timer events: %w", err)
 	}
 	prefix := p.subjects.prefix() + ".timer."
-	return drain(ctx, cons, p.opts.AckWait, func(m jetstream.Msg) error {
+	return drain(ctx, cons, "read timer events", p.opts.AckWait, 0, func(m jetstream.Msg) error {
 		var t Timer
 		if !strings.HasPrefix(m.Subject(), prefix) || json.Unmarshal(m.Data(), &t) != nil || t.Deadline == 0 {
 			return nil
 		}
 		return fn(t)
 	})
-}
-
-// drain hands every message cons has pending now to fn, a server that
-// stops delivering for idle failing the walk instead of hanging it.
-func drain(ctx context.Context, cons jetstream.Consumer, idle time.Duration, fn func(jetstream.Msg) error) error {
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("dispatch: walk: %w", err)
-	}
-	if info.NumPending == 0 {
-		return nil
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(registryPull))
-	if err != nil {
-		return fmt.Errorf("dispatch: walk: %w", err)
-	}
-	defer it.Stop()
-	for {
-		wait, cancel := context.WithTimeout(ctx, idle)
-		m, err := it.Next(jetstream.NextContext(wait))
-		cancel()
-		if err != nil {
-			return fmt.Errorf("dispatch: walk: %w", err)
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("dispatch: walk: %w", err)
-		}
-		if err := fn(m); err != nil {
-			return err
-		}
-		if md.NumPending == 0 {
-			return nil
-		}
-	}
 }
