@@ -284,6 +284,19 @@ func TestStormSurvivesKills(t *testing.T) {
 	killAround(200 * time.Millisecond) // as the recoveries are handled
 	storms.Wait(t, 20*time.Second, "g0 storm ended", func(s dispatch.Storm) bool { return s.Group == "g0" && s.State == alarm.StormEnded })
 	testenv.WaitFor(t, 15*time.Second, "the g0 alarm resolved", func() bool { return hasScopeAlarm(alarms, "g0", alarm.Resolved) })
+	checkOneStorm(t, env, storms, alarms, g0, hold)
+	for id, n := range storms.MsgIDs() {
+		if n != 1 {
+			t.Errorf("storm event %s stored %d times", id, n)
+		}
+	}
+}
+
+// checkOneStorm checks, once g0's storm has ended and a hold has passed,
+// that it made one storm (started, ended), one scope alarm with a valid
+// sequence and no device alarm, and stored every notification once.
+func checkOneStorm(t *testing.T, env *testenv.Env, storms *stormLog, alarms *alarmLog, g0 []string, hold time.Duration) {
+	t.Helper()
 	time.Sleep(hold + time.Second)
 
 	for _, state := range []string{alarm.StormStarted, alarm.StormEnded} {
@@ -302,9 +315,4 @@ func TestStormSurvivesKills(t *testing.T) {
 		t.Errorf("%d device alarm notifications for g0, want 0", n)
 	}
 	checkStoredOnce(t, env)
-	for id, n := range storms.MsgIDs() {
-		if n != 1 {
-			t.Errorf("storm event %s stored %d times", id, n)
-		}
-	}
 }

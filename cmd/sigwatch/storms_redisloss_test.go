@@ -75,22 +75,5 @@ func TestStormSurvivesRedisLoss(t *testing.T) {
 	f.reviveAll(g0)
 	storms.Wait(t, 20*time.Second, "g0 storm ended", func(s dispatch.Storm) bool { return s.Group == "g0" && s.State == alarm.StormEnded })
 	testenv.WaitFor(t, 15*time.Second, "the g0 alarm resolved", func() bool { return hasScopeAlarm(alarms, "g0", alarm.Resolved) })
-	time.Sleep(hold + time.Second)
-
-	for _, state := range []string{alarm.StormStarted, alarm.StormEnded} {
-		if n := len(stormsOf(storms, dispatch.ScopeGroup, "g0", state)); n != 1 {
-			t.Errorf("%d g0 storm %s events, want 1", n, state)
-		}
-	}
-	if n := storms.Len(); n != 2 {
-		t.Errorf("%d storm events, want 2: %+v", n, storms.Bodies(nil))
-	}
-	as := scopeAlarms(alarms, "g0")
-	if err := alarmSequence(as); err != nil {
-		t.Errorf("g0 alarm: %v: %s", err, show(as))
-	}
-	if n := deviceAlarms(alarms, g0); n != 0 {
-		t.Errorf("%d device alarm notifications for g0, want 0", n)
-	}
-	checkStoredOnce(t, env)
+	checkOneStorm(t, env, storms, alarms, g0, hold)
 }
