@@ -320,9 +320,18 @@ func (g *Guard) incident(ctx context.Context, why string, since int64, certain b
 		if err == nil {
 			got, lerr := g.o.Store.TakeLock(ctx, shard.RestoreLock, token, g.o.RestoreLockTTL)
 			if lerr == nil && got {
-				err = g.restore(ctx, why, since, token, certain)
-				// A ttl of a millisecond releases the lock.
-				_, _ = g.o.Store.ExtendLock(context.WithoutCancel(ctx), shard.RestoreLock, token, time.Millisecond)
+				// A restorer writes the new generation before it lets the
+				// lock go: one that finished since the beat above is seen
+				// here, and not done again.
+				if rec, ok, err = g.o.Store.Beat(ctx, g.o.Now().UnixMilli()); err == nil && ok && rec.ID != old {
+					g.release(ctx, token)
+					g.adopt(rec)
+					break
+				}
+				if err == nil {
+					err = g.restore(ctx, why, since, token, certain)
+				}
+				g.release(ctx, token)
 				if err == nil {
 					break
 				}
@@ -338,6 +347,12 @@ func (g *Guard) incident(ctx context.Context, why string, since int64, certain b
 	g.setReason("")
 	g.o.Log.Info("Redis data restored; working again", "generation", g.o.Store.Generation())
 	return nil
+}
+
+// release lets the restore lock held with token go: a ttl of a
+// millisecond ends it.
+func (g *Guard) release(ctx context.Context, token string) {
+	_, _ = g.o.Store.ExtendLock(context.WithoutCancel(ctx), shard.RestoreLock, token, time.Millisecond)
 }
 
 // restoreLockTTL is the default of Options.RestoreLockTTL.
