@@ -78,6 +78,9 @@ func TestHealthzFailsWithinTheLimitWhenIngestWedges(t *testing.T) {
 	if code, body := healthz(t, app); code != http.StatusOK {
 		t.Fatalf("healthz before the wedge: %d %q, want 200", code, body)
 	}
+	// Subscribed before the device publishes: a signal the broker has no
+	// subscriber for yet is dropped, and would never be stored.
+	waitHTTP(t, app.HTTPAddr(), "/readyz", 10*time.Second)
 	release := sync.OnceFunc(app.live.Stall("ingest"))
 	t.Cleanup(release)
 	wedged := time.Now()
