@@ -141,30 +141,44 @@ func cmpErr(err, alt error) error {
 	return alt
 }
 
+// sendFast publishes msgs as the fast batch id, each with the reply
+// subject that frames it (start, append, commit); their answer comes on
+// fastIn. The messages are modified.
+func (p *Bus) sendFast(id string, msgs []*nats.Msg) error {
+	last := len(msgs) - 1
+	head := p.fastIn.prefix + "." + id + "." + strconv.Itoa(fastFlow) + ".fail."
+	for k, m := range msgs {
+		op := fastAppend
+		switch {
+		case k == last:
+			op = fastCommit
+		case k == 0:
+			op = fastStart
+		}
+		m.Reply = head + strconv.Itoa(k+1) + "." + op + ".$FI"
+		if err := p.nc.PublishMsg(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // commitFast sends msgs as one fast batch and returns how many of its
 // first messages the stream confirms stored (0 when it confirms nothing).
 func (p *Bus) commitFast(ctx context.Context, f Fence, msgs []Message) (int, error) {
 	id := p.batchIDs.next()
 	answer := p.fastIn.expect(id)
 	defer p.fastIn.forget(id)
-	last := len(msgs) - 1
-	head := p.fastIn.prefix + "." + id + "." + strconv.Itoa(fastFlow) + ".fail."
+	out := make([]*nats.Msg, len(msgs))
 	for j, m := range msgs {
-		op := fastAppend
-		switch {
-		case j == last:
-			op = fastCommit
-		case j == 0:
-			op = fastStart
-		}
 		nm := nats.NewMsg(m.Subject)
 		nm.Data = m.Body
-		nm.Reply = head + strconv.Itoa(j+1) + "." + op + ".$FI"
 		nm.Header.Set(jetstream.MsgIDHeader, m.ID)
 		f.apply(nm)
-		if err := p.nc.PublishMsg(nm); err != nil {
-			return 0, err
-		}
+		out[j] = nm
+	}
+	if err := p.sendFast(id, out); err != nil {
+		return 0, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.opts.AckWait)
 	defer cancel()

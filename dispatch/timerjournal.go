@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -209,25 +208,12 @@ func (j *TimerJournal) writeFast(ctx context.Context, msgs []*nats.Msg) (rest []
 
 // sendFast sends msgs as the fast batch id.
 func (j *TimerJournal) sendFast(id string, msgs []*nats.Msg) error {
-	p := j.bus
-	last := len(msgs) - 1
-	head := p.fastIn.prefix + "." + id + "." + strconv.Itoa(fastFlow) + ".fail."
+	fm := make([]*nats.Msg, len(msgs))
 	for k, m := range msgs {
-		op := fastAppend
-		switch {
-		case k == last:
-			op = fastCommit
-		case k == 0:
-			op = fastStart
-		}
 		// A copy: the message may go out again one by one.
-		fm := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header,
-			Reply: head + strconv.Itoa(k+1) + "." + op + ".$FI"}
-		if err := p.nc.PublishMsg(fm); err != nil {
-			return err
-		}
+		fm[k] = &nats.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header}
 	}
-	return nil
+	return j.bus.sendFast(id, fm)
 }
 
 // writePart publishes msgs (of states), which have their room, one by one
