@@ -206,31 +206,20 @@ func (h *harness) signal(id, typ string) time.Time {
 
 // keepAlive signals ids every 100ms until the returned function is called.
 func (h *harness) keepAlive(typ string, ids ...string) (stop func()) {
-	ctx, cancel := context.WithCancel(h.ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			for _, id := range ids {
-				_ = h.in.Signal(ctx, id, typ, time.Time{})
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+	return h.every(func(ctx context.Context) {
+		for _, id := range ids {
+			_ = h.in.Signal(ctx, id, typ, time.Time{})
 		}
-	}()
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
-	h.stops = append(h.stops, stop)
-	return stop
+	})
 }
 
 // keepAliveSigs is keepAlive for signals with their groups.
 func (h *harness) keepAliveSigs(sigs []ingest.Sig) (stop func()) {
+	return h.every(func(ctx context.Context) { _ = h.in.Signals(ctx, sigs) })
+}
+
+// every runs send every 100ms until the returned function is called.
+func (h *harness) every(send func(context.Context)) (stop func()) {
 	ctx, cancel := context.WithCancel(h.ctx)
 	done := make(chan struct{})
 	go func() {
@@ -238,7 +227,7 @@ func (h *harness) keepAliveSigs(sigs []ingest.Sig) (stop func()) {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			_ = h.in.Signals(ctx, sigs)
+			send(ctx)
 			select {
 			case <-ctx.Done():
 				return
