@@ -135,11 +135,7 @@ func TestStorms(t *testing.T) {
 	storms := watchStorms(t, env)
 	recovered := testenv.RecordStream[dispatch.Recovered](t, env.Conn(t), "SIGWATCH", "sigwatch.recovered.>")
 	f := startGroupedFleet(t, env.Mosquitto.URL, 10, 100, 600*time.Millisecond)
-	testenv.WaitFor(t, 30*time.Second, "1000 devices watched", func() bool {
-		out, err := runCLI(t, addr, "stats", "--json")
-		var s api.Stats
-		return err == nil && json.Unmarshal([]byte(out), &s) == nil && s.Watched == 1000
-	})
+	waitCounted(t, addr, 1000)
 	time.Sleep(threshold)
 
 	// 1. g0 dark, 5 of g1 alone.
@@ -315,4 +311,14 @@ func checkOneStorm(t *testing.T, env *testenv.Env, storms *stormLog, alarms *ala
 		t.Errorf("%d device alarm notifications for g0, want 0", n)
 	}
 	checkStoredOnce(t, env)
+}
+
+// waitCounted waits until the API at addr counts n devices watched.
+func waitCounted(t *testing.T, addr string, n int64) {
+	t.Helper()
+	testenv.WaitFor(t, 30*time.Second, fmt.Sprintf("%d devices watched", n), func() bool {
+		out, err := runCLI(t, addr, "stats", "--json")
+		var s api.Stats
+		return err == nil && json.Unmarshal([]byte(out), &s) == nil && s.Watched == n
+	})
 }

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/sigwatch/sigwatch/alarm"
-	"github.com/sigwatch/sigwatch/api"
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/servers"
 	"github.com/sigwatch/sigwatch/internal/testenv"
@@ -34,11 +32,7 @@ func TestStormSurvivesRedisLoss(t *testing.T) {
 	storms := watchStorms(t, env)
 	system := testenv.RecordStream[dispatch.System](t, env.Conn(t), "SIGWATCH", "sigwatch.system")
 	f := startGroupedFleet(t, env.Mosquitto.URL, 3, 200, 600*time.Millisecond)
-	testenv.WaitFor(t, 30*time.Second, "600 devices watched", func() bool {
-		out, err := runCLI(t, addr, "stats", "--json")
-		var s api.Stats
-		return err == nil && json.Unmarshal([]byte(out), &s) == nil && s.Watched == 600
-	})
+	waitCounted(t, addr, 600)
 	time.Sleep(threshold)
 
 	g0 := f.groups[0]
