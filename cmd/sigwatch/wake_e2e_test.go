@@ -73,13 +73,14 @@ func TestIdleShardsWakeForEarlierWork(t *testing.T) {
 					return a.Device == dev && a.State == alarm.Repeat
 				})
 				late("an alarm repeat due 100ms after its raise", rep.At.Sub(time.UnixMilli(raised.Body.At).Add(100*time.Millisecond)))
-				// A missed wake would wait out the hour. The fire-lag target
-				// (50ms at p99) is measured in bench/, on a quiet machine; here,
-				// beside the rest of the suite under -race, the bound only has
-				// to tell a wake from a poll.
+				// A missed wake would wait out the hour (and no lease renewal
+				// claims). The fire-lag target (50ms at p99) is measured in
+				// bench/, on a quiet machine, where this test sees under 20ms;
+				// beside the rest of the suite under -race on two cores it
+				// has seen 350ms, so the bound only tells a wake from a poll.
 				slices.Sort(lates)
-				if lates[1] > 250*time.Millisecond || lates[2] > time.Second {
-					t.Errorf("%s: lateness %v: want a median within 250ms and none above 1s", round, lates)
+				if lates[2] > time.Second {
+					t.Errorf("%s: lateness %v: want none above 1s", round, lates)
 				}
 			}
 			check("idle")
