@@ -95,11 +95,21 @@ func (c TopologyConfig) Validate() error {
 type ThresholdsConfig struct {
 	Default time.Duration            `yaml:"default"`
 	Types   map[string]time.Duration `yaml:"types"`
+	// ConfirmAfter is, per device type, how long an offline report (a
+	// will, a death, a disconnect) waits before the device is declared
+	// lost; a signal inside it cancels the loss. Absent: at once.
+	ConfirmAfter map[string]time.Duration `yaml:"confirm_after"`
+	// MaxDeclared bounds a deadline a device declares itself (ttd, next):
+	// a longer one is clamped to it, and ttd -1 (until further notice)
+	// lasts this long.
+	MaxDeclared time.Duration `yaml:"max_declared"`
 }
 
 // DefaultThresholdsConfig is the thresholds section when nothing is
 // configured.
-func DefaultThresholdsConfig() ThresholdsConfig { return ThresholdsConfig{Default: 30 * time.Second} }
+func DefaultThresholdsConfig() ThresholdsConfig {
+	return ThresholdsConfig{Default: 30 * time.Second, MaxDeclared: 7 * 24 * time.Hour}
+}
 
 // MaxThreshold bounds every threshold: the default, a type's and a
 // device's override.
@@ -118,6 +128,14 @@ func (c ThresholdsConfig) Validate() error {
 		if d <= 0 || d > MaxThreshold {
 			errs = append(errs, fmt.Errorf("thresholds.types.%s %v must be positive and at most %s", t, d, maxThresholdWords))
 		}
+	}
+	for t, d := range c.ConfirmAfter {
+		if d < 0 || d > MaxThreshold {
+			errs = append(errs, fmt.Errorf("thresholds.confirm_after.%s %v must be from 0 to %s", t, d, maxThresholdWords))
+		}
+	}
+	if c.MaxDeclared <= 0 || c.MaxDeclared > MaxThreshold {
+		errs = append(errs, fmt.Errorf("thresholds.max_declared %v must be positive and at most %s", c.MaxDeclared, maxThresholdWords))
 	}
 	return errors.Join(errs...)
 }

@@ -55,6 +55,10 @@ func (s *Store) overrides(ctx context.Context) (map[string]time.Duration, error)
 type Thresholds struct {
 	Default time.Duration
 	ByType  map[string]time.Duration
+	// Confirm is, per type, the hold-down of an offline report (ConfirmAfter).
+	Confirm map[string]time.Duration
+	// MaxDeclared bounds the deadlines devices declare (0: DefaultThresholdsConfig's).
+	MaxDeclared time.Duration
 
 	store     *Store
 	mu        sync.RWMutex
@@ -77,6 +81,18 @@ func (t *Thresholds) For(id, typ string) time.Duration {
 		return d
 	}
 	return t.base(typ)
+}
+
+// ConfirmAfter returns how long an offline report of a device of type typ
+// waits before the device is declared lost.
+func (t *Thresholds) ConfirmAfter(typ string) time.Duration { return t.Confirm[typ] }
+
+// Declared returns the bound of a deadline a device declares itself.
+func (t *Thresholds) Declared() time.Duration {
+	if t.MaxDeclared > 0 {
+		return t.MaxDeclared
+	}
+	return DefaultThresholdsConfig().MaxDeclared
 }
 
 // base returns the threshold of a device of type typ without an override.

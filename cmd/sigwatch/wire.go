@@ -76,6 +76,7 @@ func (a *App) establish(ctx context.Context) error {
 		a.repeats = a.store.Sub("alarm")
 	}
 	a.thr = shard.NewThresholds(a.store, cfg.Thresholds.Default, cfg.Thresholds.Types)
+	a.thr.Confirm, a.thr.MaxDeclared = cfg.Thresholds.ConfirmAfter, cfg.Thresholds.MaxDeclared
 	a.guard = guard.New(guard.Options{
 		Store: a.store, Alarm: a.repeats, Registry: a.registry, Pub: a.pub, Thresholds: a.thr,
 		Timers: a.journal, TimerDurable: cfg.Timers.Durable,
