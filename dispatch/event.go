@@ -112,6 +112,11 @@ type Lost struct {
 	FiredAt  int64  `json:"fired_at"`
 	Shard    int    `json:"shard"`
 	Group    string `json:"group,omitempty"`
+	// Reason is what declared the device lost: silence (its deadline
+	// passed), will, death, disconnect or declared (see shard.Reason*).
+	Reason string `json:"reason"`
+	// ConfirmAfter is the hold-down an offline report waited out, ms.
+	ConfirmAfter int64 `json:"confirm_after_ms,omitempty"`
 }
 
 // LostID is the de-duplication id of the lost event for one deadline.

@@ -60,16 +60,16 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("scanner: shard %d: %w", i, err)
 	}
+	decls, err := h.store.Declarations(ctx, ids)
+	if err != nil {
+		return nil, nil, fmt.Errorf("scanner: shard %d: %w", i, err)
+	}
 	firedAt := b.Now.UnixMilli()
 	msgs := make([]dispatch.Message, 0, len(due))
 	sent := make([]shard.Entry, 0, len(due))
 	for j, e := range due {
 		typ := devs[j].Type
 		thr := h.thr.For(e.ID, typ)
-		if to, ok := deferral(e.Deadline, thr, b.Outages); ok {
-			moves = append(moves, shard.Move{ID: e.ID, From: e.Deadline, To: to})
-			continue
-		}
 		ev := dispatch.Lost{
 			ID:       dispatch.LostID(e.ID, e.Deadline),
 			Device:   e.ID,
@@ -79,6 +79,26 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 			FiredAt:  firedAt,
 			Shard:    i,
 			Group:    devs[j].Group,
+			Reason:   shard.ReasonSilence,
+		}
+		// A record for exactly this deadline says what put it there; an
+		// offline report is a fact ingest received, not a silence an
+		// outage could explain, so the outage rule does not defer it.
+		silent := true
+		if d := decls[j]; d.At == e.Deadline && d.Reason != "" {
+			ev.Reason, ev.ConfirmAfter = d.Reason, d.Confirm
+			ev.LastSeen = cmp.Or(d.LastSeen, e.Deadline-d.Confirm)
+			silent = d.Reason == shard.ReasonExpired
+			if silent {
+				ev.Reason = shard.ReasonDeclared
+			}
+		}
+		if silent {
+			silence := time.Duration(e.Deadline-ev.LastSeen) * time.Millisecond
+			if to, ok := deferral(e.Deadline, silence, b.Outages); ok {
+				moves = append(moves, shard.Move{ID: e.ID, From: e.Deadline, To: to})
+				continue
+			}
 		}
 		msg, err := dispatch.Encode(h.pub.Subjects(), ev)
 		if err != nil {
@@ -171,7 +191,24 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 	// Not removed: the entries are claimed and published again (by this
 	// owner or the next); a mark left by a failed undo is written again then.
 	h.undo(ctx, unpublished, firedAt, replaced)
+	h.forgetDeclarations(ctx, due, decls, handled)
 	return handled, moves, err
+}
+
+// forgetDeclarations drops the records of the handled entries that had
+// one: they are spent.
+func (h *lost) forgetDeclarations(ctx context.Context, due []shard.Entry, decls []shard.Declaration, handled []shard.Entry) {
+	done := make(map[string]int64, len(handled))
+	for _, e := range handled {
+		done[e.ID] = e.Deadline
+	}
+	var spent []shard.Declaration
+	for j, e := range due {
+		if d := decls[j]; d.Reason != "" && d.At == e.Deadline && done[e.ID] == e.Deadline {
+			spent = append(spent, d)
+		}
+	}
+	h.store.ForgetDeclarations(ctx, spent)
 }
 
 // storedSkew is the clock skew between scanners and the NATS server that

@@ -50,6 +50,8 @@
 //	thresholds.go  per-device threshold overrides and Thresholds
 //	device.go      one device in every shard that may hold it: Get, and
 //	               Remove and SetThreshold fenced by topology
+//	declare.go     offline reports lowering deadlines (Lower) and the
+//	               records of why a deadline is where it is (reasons)
 //	pager.go       paging through SCAN cursors; ListParts
 //	list.go        the device listings (watched, lost)
 //	status.go      one batched status read of every shard

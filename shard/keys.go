@@ -209,7 +209,7 @@ var leaves = []leaf{
 	{"meta", "mqtt:", "ingest"}, {"meta", "held", "alarm"},
 
 	{"r", "reg", "shard"}, {"r", "reg:", "shard"}, {"r", "grp:", "shard"}, {"r", "lost", "shard"},
-	{"r", "thrlock:", "shard"}, {"r", "tf", "shard"},
+	{"r", "thrlock:", "shard"}, {"r", "tf", "shard"}, {"r", "decl", "shard"},
 	{"r", "alarm", "alarm"}, {"r", "open", "alarm"},
 
 	{"g:", "members", "shard"},

@@ -321,6 +321,7 @@ func (s *Store) forget(ctx context.Context, id string) error {
 		b.Hdel().Key(s.k.Group(id)).Field(id).Build(),
 		b.Hdel().Key(s.k.Registry(id)).Field(id).Build(),
 		b.Hdel().Key(s.k.Lost(id)).Field(id).Build(),
+		b.Hdel().Key(s.k.InPart(id, "decl")).Field(id).Build(),
 		b.Hdel().Key(s.k.Overrides()).Field(id).Build(),
 		b.Incr().Key(s.k.OverridesVersion()).Build()) {
 		if err := r.Error(); err != nil {
