@@ -15,6 +15,11 @@ type Signal struct {
 	Type   string `json:"type"`
 	Group  string `json:"group"`
 	TS     int64  `json:"ts"`
+	// TTD and Next declare the device's own deadline, as on MQTT: alive
+	// for TTD seconds (-1: until further notice, 0: gone now), or until
+	// Next (unix ms).
+	TTD  *int64 `json:"ttd,omitempty"`
+	Next int64  `json:"next,omitempty"`
 }
 
 // A POST /v1/signals body holds at most MaxSignalsPerPost entries in at
@@ -38,7 +43,7 @@ func (a *API) postSignals(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes; send at most %d signals per request", maxSignalsBody, MaxSignalsPerPost))
 			return
 		}
-		writeError(w, http.StatusBadRequest, refusal(err, `body must be a JSON array of {"device": "id", "type": "t", "group": "g", "ts": unix-ms (optional)}`))
+		writeError(w, http.StatusBadRequest, refusal(err, `body must be a JSON array of {"device": "id", "type": "t", "group": "g", "ts": unix-ms, "ttd": seconds, "next": unix-ms} (all but device optional)`))
 		return
 	}
 	if len(batch) > MaxSignalsPerPost {
@@ -56,6 +61,18 @@ func (a *API) postSignals(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		sigs[j] = ingest.Sig{ID: s.Device, Type: s.Type, Group: s.Group}
+		switch {
+		case s.Next < 0:
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("signal %d: %s; nothing was stored", j, ingest.ErrBadNext.Msg))
+			return
+		case s.Next > 0:
+			sigs[j].Declared = ingest.Declared{Set: true, Next: s.Next}
+		case s.TTD != nil && *s.TTD < -1:
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("signal %d: %s; nothing was stored", j, ingest.ErrBadTTD.Msg))
+			return
+		case s.TTD != nil:
+			sigs[j].Declared = ingest.Declared{Set: true, TTD: *s.TTD}
+		}
 		if s.TS > 0 {
 			// Clamped by ingest against the moment the entry is stamped.
 			sigs[j].At = time.UnixMilli(s.TS)

@@ -28,6 +28,8 @@ type MQTTConfig struct {
 	// OrderedBroker vouches that the broker delivers all of a session's
 	// messages in one order (see Options.OrderedBroker).
 	OrderedBroker bool `yaml:"ordered_broker"`
+	// Status are the status topics: online/offline reports and wills.
+	Status StatusConfig `yaml:"status"`
 }
 
 // TimestampConfig is the timestamp section: the signal time is the receive
@@ -68,7 +70,8 @@ func DefaultMQTTConfig() MQTTConfig {
 		host = "sigwatch"
 	}
 	return MQTTConfig{Brokers: []string{"tcp://127.0.0.1:1883"}, ClientID: "sigwatch-" + host,
-		Topics: []string{"devices/+/signal"}, IDLevel: 1, TypeLevel: -1, GroupLevel: -1, QoS: int(DefaultQoS)}
+		Topics: []string{"devices/+/signal"}, IDLevel: 1, TypeLevel: -1, GroupLevel: -1, QoS: int(DefaultQoS),
+		Status: DefaultStatusConfig()}
 }
 
 // DefaultTimestampConfig is the timestamp section when nothing is
@@ -112,6 +115,7 @@ func (c MQTTConfig) Validate() error {
 	if strings.ContainsAny(c.SharedGroup, "/+#") {
 		bad("mqtt.shared_group %q must not contain '/', '+' or '#'", c.SharedGroup)
 	}
+	errs = append(errs, c.Status.Validate())
 	return errors.Join(errs...)
 }
 

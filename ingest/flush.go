@@ -21,7 +21,12 @@ var storeBackoff = backoff.Policy{Base: 10 * time.Millisecond, Max: time.Second}
 // loop's, called before each attempt of a call.
 func (p *pipeline) flush(ctx context.Context, b *batch, idx map[string]int, es []shard.Entry, beat func()) []shard.Entry {
 	clear(idx)
+	var lowers int
 	for _, s := range b.items {
+		if s.lower != "" {
+			lowers++
+			continue
+		}
 		if j, ok := idx[s.id]; ok {
 			es[j].Deadline = max(es[j].Deadline, s.deadline)
 			continue
@@ -31,13 +36,22 @@ func (p *pipeline) flush(ctx context.Context, b *batch, idx map[string]int, es [
 	}
 	p.m.batchSize.Observe(float64(len(b.items)))
 
+	ok := p.recordDeclared(ctx, b, idx, es, beat)
 	var stale map[string]bool
-	added, ok := p.upsert(ctx, es, p.admit(b, &stale), beat)
+	var added []string
+	if ok && len(es) > 0 {
+		added, ok = p.upsert(ctx, es, p.admit(b, &stale), beat)
+	}
 	for _, id := range added {
 		delete(stale, id)
 	}
 	if ok && len(added) > 0 {
 		ok = p.welcome(ctx, b, added, beat)
+	}
+	// Offline reports come after the signals of their batch: a signal
+	// before a report is then lowered with it, one after it stands.
+	if ok && lowers > 0 {
+		ok = p.lowerAll(ctx, b, beat)
 	}
 	if !ok {
 		p.abandon(b)
@@ -61,8 +75,8 @@ func (p *pipeline) flush(ctx context.Context, b *batch, idx map[string]int, es [
 		p.m.stale.Add(float64(refused))
 		p.errLog.Warn(p.log, "stale", "signals older than their device's loss refused (late delivery)", "signals", refused, "devices", len(stale))
 	}
-	p.m.signals.Add(float64(len(b.items) - refused))
-	p.m.resets.Add(float64(max(0, len(b.items)-refused-len(added))))
+	p.m.signals.Add(float64(len(b.items) - refused - lowers))
+	p.m.resets.Add(float64(max(0, len(b.items)-refused-lowers-len(added))))
 	p.wm.completed(b.seq)
 	return es
 }
@@ -169,7 +183,7 @@ func (p *pipeline) welcome(ctx context.Context, b *batch, added []string, beat f
 		latest[id] = signal{}
 	}
 	for _, s := range b.items {
-		if l, ok := latest[s.id]; ok && s.at >= l.at {
+		if l, ok := latest[s.id]; ok && s.at >= l.at && s.lower == "" {
 			latest[s.id] = s
 		}
 	}

@@ -71,6 +71,7 @@ func New(opts Options, store *shard.Store, topo *shard.Watcher, pub *dispatch.Bu
 		topo:     topo,
 		store:    store,
 		writer:   shard.NewWriter(store, name, topo.Current, topo.Refresh),
+		devices:  shard.NewDevices(store, topo, opts.Thresholds, opts.Now),
 		pub:      pub,
 		wm:       in.wm,
 		log:      log,

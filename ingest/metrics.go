@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sigwatch/sigwatch/shard"
 )
 
 type metrics struct {
@@ -20,6 +22,11 @@ type metrics struct {
 	brokerOutages, reconnectGraces prometheus.Counter
 	batchSize                      prometheus.Histogram
 	storeLatency                   prometheus.Histogram
+	// declared counts deadlines devices declared, clamped those cut to
+	// thresholds.max_declared; offline and lowered the offline reports
+	// and those that brought a deadline down, by reason.
+	declared, clamped prometheus.Counter
+	offline, lowered  map[string]prometheus.Counter
 
 	all []prometheus.Collector // everything register registers
 }
@@ -55,6 +62,16 @@ func newMetrics(in *Ingest) *metrics {
 	for _, r := range append(reasons, &InvalidError{Reason: "other"}) {
 		m.invalid[r.Reason] = invalid.WithLabelValues(r.Reason)
 	}
+	m.declared = counter("declared_deadlines_total", "Signals whose deadline the device declared (ttd, next).")
+	m.clamped = counter("declared_clamped_total", "Declared deadlines cut to thresholds.max_declared.")
+	offline := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "offline_reports_total",
+		Help: "Offline reports received (a will or status offline, a death, a disconnect, ttd 0), by reason."}, []string{"reason"})
+	lowered := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "offline_lowered_total",
+		Help: "Offline reports that brought a watched device's deadline down (the others found it lost, unknown, or alive since), by reason."}, []string{"reason"})
+	m.offline, m.lowered = map[string]prometheus.Counter{}, map[string]prometheus.Counter{}
+	for _, r := range []string{shard.ReasonWill, shard.ReasonDeath, shard.ReasonDisconnect, shard.ReasonDeclared} {
+		m.offline[r], m.lowered[r] = offline.WithLabelValues(r), lowered.WithLabelValues(r)
+	}
 	gauges := []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "inflight",
 			Help: "Signals received but not yet stored and acked."},
@@ -84,7 +101,7 @@ func newMetrics(in *Ingest) *metrics {
 				}))
 	}
 	m.all = append([]prometheus.Collector{m.signals, m.resets, invalid, m.unforwarded, m.newDevices, m.recovered,
-		m.stale, m.storeErrors, m.batchSize, m.storeLatency}, gauges...)
+		m.stale, m.storeErrors, m.batchSize, m.storeLatency, m.declared, m.clamped, offline, lowered}, gauges...)
 	return m
 }
 

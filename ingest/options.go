@@ -30,6 +30,9 @@ type Options struct {
 	TLS                *tls.Config
 
 	Topics []string // MQTT filters, default ["devices/+/signal"]
+	// Status are the status topics (mqtt.status): online and offline
+	// reports of devices and their wills. No Topics: none.
+	Status StatusConfig
 	// IDLevel is the 0-based topic level carrying the device id, and
 	// TypeLevel the level carrying the device type (-1: none). The zero
 	// pair (both 0, which could never be valid) selects the defaults 1 and
@@ -203,6 +206,11 @@ func (o *Options) defaults() error {
 		// others' sake (see OrderedBroker).
 		o.ordered = fmt.Sprintf("several filters (%q)", o.Topics)
 	}
+	if len(o.Status.Topics) > 0 && o.ordered == "" {
+		// A probe on the signals' filters vouches for a status report only
+		// on a broker that keeps one order per session.
+		o.ordered = fmt.Sprintf("status topics (%q)", o.Status.Topics)
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -217,7 +225,7 @@ func (o *Options) defaults() error {
 	}
 	mc := MQTTConfig{IDLevel: o.IDLevel, TypeLevel: o.TypeLevel, GroupLevel: *o.GroupLevel, QoS: int(*o.QoS), SharedGroup: o.SharedGroup}
 	tc := TimestampConfig{Mode: o.TimestampMode, MaxSkew: o.MaxSkew}
-	if err := errors.Join(mc.Validate(), tc.Validate()); err != nil {
+	if err := errors.Join(mc.Validate(), tc.Validate(), o.Status.Validate()); err != nil {
 		return fmt.Errorf("ingest: options: %w", err)
 	}
 	return nil

@@ -29,11 +29,13 @@ type pipeline struct {
 	topo   *shard.Watcher
 	store  *shard.Store
 	writer *shard.Writer
-	pub    *dispatch.Bus // nil: recoveries are counted and logged only
-	wm     *watermark
-	log    *slog.Logger
-	m      *metrics
-	errLog *ratelog.Limiter
+	// devices lowers the deadlines of offline reports.
+	devices *shard.Devices
+	pub     *dispatch.Bus // nil: recoveries are counted and logged only
+	wm      *watermark
+	log     *slog.Logger
+	m       *metrics
+	errLog  *ratelog.Limiter
 
 	// slots bounds signals received but not yet stored and acked; a
 	// sender that cannot take a slot waits, so the broker queues.
@@ -73,6 +75,13 @@ type signal struct {
 	msg      mqtt.Message
 	done     chan error
 	probe    int64
+	// expired says deadline is one the device declared (ttd, next).
+	expired bool
+	// lower, when set, makes this an offline report, not a signal: the
+	// reason the device is declared lost at at (see shard.Lowering); own
+	// says it is the device's own word.
+	lower string
+	own   bool
 }
 
 // batch is the signals of one flush. seq numbers flushes in the order the

@@ -15,6 +15,8 @@ type Sig struct {
 	// At is the signal's own time, clamped into [now-MaxSkew, now] as it
 	// enters the pipeline. Zero means the moment it enters the pipeline.
 	At time.Time
+	// Declared is the deadline the device declares itself, if any.
+	Declared Declared
 }
 
 // SignalError is the refusal of one entry of a Signals call; nothing of
@@ -67,7 +69,7 @@ func (in *Ingest) Signals(ctx context.Context, sigs []Sig) error {
 	var err error
 	sent := 0
 	for _, s := range sigs {
-		if err = in.pipe.enqueueStamped(ctx, s.ID, s.Type, s.Group, s.At, done); err != nil {
+		if err = in.pipe.enqueueStamped(ctx, s, done); err != nil {
 			break
 		}
 		sent++
@@ -98,12 +100,17 @@ func (in *Ingest) Signals(ctx context.Context, sigs []Sig) error {
 // and a watermark of T says nothing about it). An own time at is clamped
 // against that moment. Like enqueue, it hands nothing over when the
 // pipeline is stopping or ctx ends first.
-func (p *pipeline) enqueueStamped(ctx context.Context, id, typ, group string, at time.Time, done chan error) error {
+func (p *pipeline) enqueueStamped(ctx context.Context, s Sig, done chan error) error {
 	return p.hand(ctx, func() signal {
 		now := p.opts.Now()
+		at := s.At
 		if at.IsZero() {
 			at = now
 		}
-		return p.signal(id, typ, group, clamp(at, now, p.opts.MaxSkew), nil, done)
+		sig := p.signal(s.ID, s.Type, s.Group, clamp(at, now, p.opts.MaxSkew), nil, done)
+		if p.declare(&sig, s.Declared) {
+			p.m.clamped.Inc()
+		}
+		return sig
 	}, true)
 }

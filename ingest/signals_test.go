@@ -86,7 +86,7 @@ func TestSignalsStampedInOrderWithBarriers(t *testing.T) {
 	for g := range senders {
 		sending.Go(func() {
 			for j := range each {
-				if err := p.enqueueStamped(context.Background(), fmt.Sprintf("s%d-%d", g, j), "", "", time.Time{}, done); err != nil {
+				if err := p.enqueueStamped(context.Background(), Sig{ID: fmt.Sprintf("s%d-%d", g, j)}, done); err != nil {
 					t.Error(err)
 					return
 				}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -178,8 +179,8 @@ func (s *source) handOver(wait time.Duration) (int64, bool) {
 // deviceFilters are the filters signals come in on, shared if this member
 // is in a group.
 func (s *source) deviceFilters() []string {
-	out := make([]string, 0, len(s.opts.Topics))
-	for _, f := range s.opts.Topics {
+	out := make([]string, 0, len(s.opts.Topics)+len(s.opts.Status.Topics))
+	for _, f := range slices.Concat(s.opts.Topics, s.opts.Status.Topics) {
 		if s.opts.SharedGroup != "" {
 			f = "$share/" + s.opts.SharedGroup + "/" + f
 		}
@@ -225,7 +226,14 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 		return
 	}
 	now := s.opts.Now()
-	id, typ, group, err := ParseTopic(topic, s.opts.IDLevel, s.opts.TypeLevel, *s.opts.GroupLevel, s.opts.MaxIDLen)
+	status := len(s.opts.Status.Topics) > 0 && s.opts.statusTopic(topic)
+	var id, typ, group string
+	var err error
+	if status {
+		id, typ, _, err = ParseTopic(topic, s.opts.Status.IDLevel, s.opts.Status.TypeLevel, -1, s.opts.MaxIDLen)
+	} else {
+		id, typ, group, err = ParseTopic(topic, s.opts.IDLevel, s.opts.TypeLevel, *s.opts.GroupLevel, s.opts.MaxIDLen)
+	}
 	if errors.Is(err, ErrReservedID) && s.probeID(topic) {
 		m.Ack() // another member's probe (ProbeTopicUnder), not a device
 		return
@@ -248,10 +256,25 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 		hi = c
 	}
 	at := hi
-	if err == nil && s.opts.TimestampMode == TimestampPayload {
-		var ts time.Time
-		if ts, err = ParseTimestamp(m.Payload()); err == nil {
-			at = clampTo(ts, now.Add(-s.opts.MaxSkew), hi)
+	var (
+		online = true
+		decl   Declared
+	)
+	switch {
+	case err != nil:
+	case status:
+		// A report is timed by its receipt: a will carries no time of
+		// its own.
+		online, err = ParseStatus(m.Payload(), &s.opts.Status)
+	default:
+		if s.opts.TimestampMode == TimestampPayload {
+			var ts time.Time
+			if ts, err = ParseTimestamp(m.Payload()); err == nil {
+				at = clampTo(ts, now.Add(-s.opts.MaxSkew), hi)
+			}
+		}
+		if err == nil {
+			decl, err = ParseDeclared(m.Payload())
 		}
 	}
 	if err != nil {
@@ -270,6 +293,12 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 		}
 	}
 	sig := s.pipe.signal(id, typ, group, at, m, nil)
+	if !online {
+		sig.lower = shard.ReasonWill
+	}
+	if s.pipe.declare(&sig, decl) {
+		s.pipe.m.clamped.Inc()
+	}
 	// A device's own older time is weaker evidence, and is what it is
 	// judged by. Without evidence, nothing shows the signal is newer than
 	// any loss: a redelivery brings no lost device back.

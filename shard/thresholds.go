@@ -84,8 +84,14 @@ func (t *Thresholds) For(id, typ string) time.Duration {
 }
 
 // ConfirmAfter returns how long an offline report of a device of type typ
-// waits before the device is declared lost.
-func (t *Thresholds) ConfirmAfter(typ string) time.Duration { return t.Confirm[typ] }
+// waits before the device is declared lost: its type's, else the one of
+// the key "default".
+func (t *Thresholds) ConfirmAfter(typ string) time.Duration {
+	if d, ok := t.Confirm[typ]; ok {
+		return d
+	}
+	return t.Confirm["default"]
+}
 
 // Declared returns the bound of a deadline a device declares itself.
 func (t *Thresholds) Declared() time.Duration {
