@@ -41,7 +41,7 @@ func TestDecode(t *testing.T) {
 			Info{Seq: -1, BdSeq: 9, HasBdSeq: true, Metrics: 1}, nil},
 		{"bdSeq as UInt8", &Payload{Metrics: []*Payload_Metric{metric("bdSeq", DataType_UInt8, int32v(255))}},
 			Info{Seq: -1, BdSeq: 255, HasBdSeq: true, Metrics: 1}, nil},
-		{"bdSeq as Int64", &Payload{Metrics: []*Payload_Metric{metric("bdSeq", DataType_Int64, long(1 << 40))}},
+		{"bdSeq as Int64", &Payload{Metrics: []*Payload_Metric{metric("bdSeq", DataType_Int64, long(1<<40))}},
 			Info{Seq: -1, BdSeq: 1 << 40, HasBdSeq: true, Metrics: 1}, nil},
 		{"bdSeq untyped", &Payload{Metrics: []*Payload_Metric{{Name: proto.String("bdSeq"), Value: long(2)}}},
 			Info{Seq: -1, BdSeq: 2, HasBdSeq: true, Metrics: 1}, nil},
@@ -55,7 +55,7 @@ func TestDecode(t *testing.T) {
 
 		{"negative Int8 bdSeq", &Payload{Metrics: []*Payload_Metric{metric("bdSeq", DataType_Int8, int32v(0xff))}}, Info{}, ErrBadBdSeq},
 		{"negative Int64 bdSeq", &Payload{Metrics: []*Payload_Metric{metric("bdSeq", DataType_Int64, long(math.MaxUint64))}}, Info{}, ErrBadBdSeq},
-		{"huge UInt64 bdSeq", &Payload{Metrics: []*Payload_Metric{metric("bdSeq", DataType_UInt64, long(math.MaxInt64 + 1))}}, Info{}, ErrBadBdSeq},
+		{"huge UInt64 bdSeq", &Payload{Metrics: []*Payload_Metric{metric("bdSeq", DataType_UInt64, long(math.MaxInt64+1))}}, Info{}, ErrBadBdSeq},
 		{"string bdSeq", &Payload{Metrics: []*Payload_Metric{metric("bdSeq", DataType_String, &Payload_Metric_StringValue{StringValue: "1"})}}, Info{}, ErrBadBdSeq},
 		{"double bdSeq", &Payload{Metrics: []*Payload_Metric{metric("bdSeq", DataType_Double, &Payload_Metric_DoubleValue{DoubleValue: 1})}}, Info{}, ErrBadBdSeq},
 		{"a float type in long_value", &Payload{Metrics: []*Payload_Metric{metric("bdSeq", DataType_Float, long(1))}}, Info{}, ErrBadBdSeq},
