@@ -13,7 +13,8 @@
 //   - rueidis imported anywhere but shard, the NATS client anywhere but dispatch
 //     (and client, the Go library users import; the test kits; the demo);
 //   - a test kit (internal/servers, internal/testenv) in the service;
-//   - a non-test .go file over 400 lines outside bench/;
+//   - a non-test .go file over 400 lines outside bench/, unless it is
+//     generated (Go's "Code generated ... DO NOT EDIT." line);
 //   - a doc.go whose file map misses a file of its folder or names one
 //     that is not there.
 //

@@ -22,6 +22,9 @@
 //   - cluster.go: a Redis Cluster or a NATS cluster for a test.
 //   - mqtt.go: an MQTT client on a test broker.
 //   - proxy.go: a TCP proxy that holds, releases or cuts a connection.
+//   - edgenode.go: a Sparkplug B edge node behind a proxy of its own
+//     (EdgeNode): births, data, its NDEATH will on a cut or a pulled
+//     cable, rebirths with the next bdSeq, stale deaths.
 //   - recorder.go: recorders of the events sigwatch publishes (Record,
 //     RecordStream, StreamMsgIDs).
 //   - stream.go: reading a stream's messages (StreamMessages, MaxInWindow).
