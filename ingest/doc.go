@@ -65,5 +65,11 @@
 //   - publish.go: publishing events with retries (recovered, invalid).
 //   - parse.go: topic and timestamp rules, InvalidError; ids, types and
 //     groups obey the id rules of shard (shard.CheckID).
+//   - declared.go: deadlines a device declares itself (ttd, next), bounded
+//     by thresholds.max_declared.
+//   - status.go: status topics (mqtt.status): online is a signal, offline
+//     (a will) an offline report.
+//   - lower.go: the flush's offline reports (shard.Devices.Lower) and the
+//     records of declared deadlines.
 //   - metrics.go: the metrics.
 package ingest
