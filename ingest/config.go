@@ -30,6 +30,8 @@ type MQTTConfig struct {
 	OrderedBroker bool `yaml:"ordered_broker"`
 	// Status are the status topics: online/offline reports and wills.
 	Status StatusConfig `yaml:"status"`
+	// Sparkplug is the Sparkplug B namespace: edge nodes and devices.
+	Sparkplug SparkplugConfig `yaml:"sparkplug"`
 }
 
 // TimestampConfig is the timestamp section: the signal time is the receive
@@ -71,7 +73,7 @@ func DefaultMQTTConfig() MQTTConfig {
 	}
 	return MQTTConfig{Brokers: []string{"tcp://127.0.0.1:1883"}, ClientID: "sigwatch-" + host,
 		Topics: []string{"devices/+/signal"}, IDLevel: 1, TypeLevel: -1, GroupLevel: -1, QoS: int(DefaultQoS),
-		Status: DefaultStatusConfig()}
+		Status: DefaultStatusConfig(), Sparkplug: DefaultSparkplugConfig()}
 }
 
 // DefaultTimestampConfig is the timestamp section when nothing is
@@ -115,7 +117,7 @@ func (c MQTTConfig) Validate() error {
 	if strings.ContainsAny(c.SharedGroup, "/+#") {
 		bad("mqtt.shared_group %q must not contain '/', '+' or '#'", c.SharedGroup)
 	}
-	errs = append(errs, c.Status.Validate())
+	errs = append(errs, c.Status.Validate(), c.Sparkplug.Validate())
 	return errors.Join(errs...)
 }
 

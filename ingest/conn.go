@@ -58,7 +58,7 @@ const subscribeWait = 10 * time.Second
 // it blocks only when MaxInFlight signals are in flight, which stops paho
 // reading from the connection and lets the broker queue.
 func (s *source) clientOptions() *mqtt.ClientOptions {
-	return s.connOptions(s.opts.ClientID).
+	return s.withState(s.connOptions(s.opts.ClientID)).
 		SetCleanSession(cleanSession(s.opts)). // see Options.ClientID
 		SetAutoAckDisabled(true).
 		SetOrderMatters(true).
@@ -141,6 +141,9 @@ func (s *source) onConnect(c mqtt.Client) {
 	s.connectedAt.Store(now)
 	s.breaks.connected(now)
 	s.log.Info("connected to MQTT broker", "filters", keys(filters), "qos", *s.opts.QoS)
+	if s.opts.Sparkplug.Enabled {
+		s.publishState()
+	}
 	// Mosquitto drops QoS 1 messages silently when a subscriber's queue is
 	// full; it says so only in $SYS. Other brokers may refuse the filter,
 	// which costs nothing.

@@ -26,7 +26,10 @@ type metrics struct {
 	// thresholds.max_declared; offline and lowered the offline reports
 	// and those that brought a deadline down, by reason.
 	declared, clamped prometheus.Counter
-	offline, lowered  map[string]prometheus.Counter
+	// staleDeaths counts Sparkplug NDEATHs of an earlier connection or
+	// repeated, which change nothing.
+	staleDeaths      prometheus.Counter
+	offline, lowered map[string]prometheus.Counter
 
 	all []prometheus.Collector // everything register registers
 }
@@ -62,6 +65,10 @@ func newMetrics(in *Ingest) *metrics {
 	for _, r := range append(reasons, &InvalidError{Reason: "other"}) {
 		m.invalid[r.Reason] = invalid.WithLabelValues(r.Reason)
 	}
+	for r := range sparkplugRefusals {
+		m.invalid[r] = invalid.WithLabelValues(r)
+	}
+	m.staleDeaths = counter("sparkplug_stale_deaths_total", "Sparkplug NDEATHs ignored: of an earlier connection than the node's current birth (bdSeq), or repeated.")
 	m.declared = counter("declared_deadlines_total", "Signals whose deadline the device declared (ttd, next).")
 	m.clamped = counter("declared_clamped_total", "Declared deadlines cut to thresholds.max_declared.")
 	offline := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "offline_reports_total",
@@ -101,7 +108,7 @@ func newMetrics(in *Ingest) *metrics {
 				}))
 	}
 	m.all = append([]prometheus.Collector{m.signals, m.resets, invalid, m.unforwarded, m.newDevices, m.recovered,
-		m.stale, m.storeErrors, m.batchSize, m.storeLatency, m.declared, m.clamped, offline, lowered}, gauges...)
+		m.stale, m.storeErrors, m.batchSize, m.storeLatency, m.declared, m.clamped, m.staleDeaths, offline, lowered}, gauges...)
 	return m
 }
 

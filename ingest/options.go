@@ -33,6 +33,8 @@ type Options struct {
 	// Status are the status topics (mqtt.status): online and offline
 	// reports of devices and their wills. No Topics: none.
 	Status StatusConfig
+	// Sparkplug is the Sparkplug B namespace (mqtt.sparkplug).
+	Sparkplug SparkplugConfig
 	// IDLevel is the 0-based topic level carrying the device id, and
 	// TypeLevel the level carrying the device type (-1: none). The zero
 	// pair (both 0, which could never be valid) selects the defaults 1 and
@@ -211,6 +213,9 @@ func (o *Options) defaults() error {
 		// on a broker that keeps one order per session.
 		o.ordered = fmt.Sprintf("status topics (%q)", o.Status.Topics)
 	}
+	if o.Sparkplug.Enabled && o.ordered == "" {
+		o.ordered = "the Sparkplug namespace (mqtt.sparkplug)"
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -225,7 +230,7 @@ func (o *Options) defaults() error {
 	}
 	mc := MQTTConfig{IDLevel: o.IDLevel, TypeLevel: o.TypeLevel, GroupLevel: *o.GroupLevel, QoS: int(*o.QoS), SharedGroup: o.SharedGroup}
 	tc := TimestampConfig{Mode: o.TimestampMode, MaxSkew: o.MaxSkew}
-	if err := errors.Join(mc.Validate(), tc.Validate(), o.Status.Validate()); err != nil {
+	if err := errors.Join(mc.Validate(), tc.Validate(), o.Status.Validate(), o.Sparkplug.Validate()); err != nil {
 		return fmt.Errorf("ingest: options: %w", err)
 	}
 	return nil

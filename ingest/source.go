@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/sigwatch/sigwatch/internal/backoff"
 	"github.com/sigwatch/sigwatch/internal/periodic"
 	"github.com/sigwatch/sigwatch/internal/ratelog"
+	"github.com/sigwatch/sigwatch/internal/sparkplug"
 	"github.com/sigwatch/sigwatch/shard"
 )
 
@@ -179,8 +181,12 @@ func (s *source) handOver(wait time.Duration) (int64, bool) {
 // deviceFilters are the filters signals come in on, shared if this member
 // is in a group.
 func (s *source) deviceFilters() []string {
-	out := make([]string, 0, len(s.opts.Topics)+len(s.opts.Status.Topics))
-	for _, f := range slices.Concat(s.opts.Topics, s.opts.Status.Topics) {
+	fs := slices.Concat(s.opts.Topics, s.opts.Status.Topics)
+	if s.opts.Sparkplug.Enabled {
+		fs = append(fs, sparkplugFilter)
+	}
+	out := make([]string, 0, len(fs))
+	for _, f := range fs {
 		if s.opts.SharedGroup != "" {
 			f = "$share/" + s.opts.SharedGroup + "/" + f
 		}
@@ -226,6 +232,10 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 		return
 	}
 	now := s.opts.Now()
+	if s.opts.Sparkplug.Enabled && strings.HasPrefix(topic, sparkplug.Namespace+"/") {
+		s.onSparkplug(m, now, s.stampCap(now))
+		return
+	}
 	status := len(s.opts.Status.Topics) > 0 && s.opts.statusTopic(topic)
 	var id, typ, group string
 	var err error
@@ -239,22 +249,7 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 		return
 	}
 	ev := s.evidence.Load()
-	from := time.UnixMilli(max(ev, s.stampFrom.Load()))
-	if from.UnixMilli() == 0 {
-		from = now // never seeded: Run is stopping
-	}
-	// A signal is never stamped later than an outage threshold past the
-	// evidence of when the broker had it, so a backlog delivered late (a
-	// stalled process, a slow consumer) is not taken for fresh signals. The
-	// cap is below the receive time only when this process's probes came
-	// back more than OutageAfter apart: its own watermark then jumps by as
-	// much, which its shared group records as an outage, and without a
-	// group another member covers the gap. So the cap never makes a device
-	// fire early.
-	hi := now
-	if c := from.Add(s.opts.OutageAfter); c.Before(hi) {
-		hi = c
-	}
+	hi := s.stampCap(now)
 	at := hi
 	var (
 		online = true
@@ -312,6 +307,25 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 	s.answers.handOver()
 	_ = s.pipe.enqueue(context.Background(), sig)
 	s.answers.handedOver()
+}
+
+// stampCap is the latest a message received at now may be stamped: a
+// signal is never stamped later than an outage threshold past the
+// evidence of when the broker had it, so a backlog delivered late (a
+// stalled process, a slow consumer) is not taken for fresh signals. The
+// cap is below the receive time only when this process's probes came back
+// more than OutageAfter apart: its own watermark then jumps by as much,
+// which its shared group records as an outage, and without a group another
+// member covers the gap. So the cap never makes a device fire early.
+func (s *source) stampCap(now time.Time) time.Time {
+	from := time.UnixMilli(max(s.evidence.Load(), s.stampFrom.Load()))
+	if from.UnixMilli() == 0 {
+		return now // never seeded: Run is stopping
+	}
+	if c := from.Add(s.opts.OutageAfter); c.Before(now) {
+		return c
+	}
+	return now
 }
 
 // cleanSession reports whether ingest connects with a clean session: one

@@ -229,3 +229,14 @@ func (s *Store) GroupSize(ctx context.Context, group string) (int64, error) {
 	}
 	return n, nil
 }
+
+// GroupMembers returns the watched devices (live or lost, not removed) of
+// group, for the few callers that act on a whole group at once (a
+// Sparkplug node's death); a group's set is read in one call.
+func (s *Store) GroupMembers(ctx context.Context, group string) ([]string, error) {
+	ids, err := s.c.Do(ctx, s.c.B().Smembers().Key(s.k.GroupMembers(group)).Build()).AsStrSlice()
+	if err != nil {
+		return nil, fmt.Errorf("shard: members of group %q: %w", group, err)
+	}
+	return ids, nil
+}
