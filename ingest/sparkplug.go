@@ -180,7 +180,7 @@ func (s *source) onSparkplug(m mqtt.Message, now, hi time.Time) {
 			// The node and all its devices, timed by this receipt.
 			for _, d := range append(members, node) {
 				sig := s.pipe.signal(d, "", node, hi, nil, nil)
-				sig.lower = shard.ReasonDeath
+				sig.lower, sig.own = shard.ReasonDeath, true
 				sigs = append(sigs, sig)
 			}
 		}
@@ -192,7 +192,7 @@ func (s *source) onSparkplug(m mqtt.Message, now, hi time.Time) {
 			at = clampTo(time.UnixMilli(info.Timestamp), now.Add(-s.opts.MaxSkew), hi)
 		}
 		sig := s.pipe.signal(id, "", node, at, nil, nil)
-		sig.lower = shard.ReasonDeath
+		sig.lower, sig.own = shard.ReasonDeath, true
 		sigs = append(sigs, sig)
 	case sparkplug.NData, sparkplug.DData:
 		if periodic {

@@ -203,7 +203,9 @@ func (d *Devices) Lower(ctx context.Context, ls []Lowering) (lowered []bool, err
 					return fmt.Errorf("shard: lower deadline in shard %d: %w", i, err)
 				}
 				lowered[j] = true
-				recs[j].LastSeen = max(recs[j].LastSeen, prev-thr[j])
+				// A deadline the device declared is further than its
+				// threshold: it was last heard of no later than the report.
+				recs[j].LastSeen = max(recs[j].LastSeen, min(prev-thr[j], l.Report))
 				return nil
 			})
 		})

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sigwatch/sigwatch/alarm"
+	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/internal/testenv"
+	"github.com/sigwatch/sigwatch/shard"
+)
+
+// TestSparkplugNodeDeathIsOneStorm: a Sparkplug B edge node with 50
+// devices reporting by exception. While the node lives no device is lost,
+// however long it stays quiet (the threshold is 2 s). Killing the node's
+// connection gives its NDEATH will: the node and its 50 devices lost with
+// reason death within keep-alive x 1.5 + fire lag, one group storm, one
+// group alarm and no device alarm. Its rebirth brings all 51 back; a stale
+// NDEATH (the old bdSeq) changes nothing; a DDEATH declares one device
+// lost; malformed payloads go to sigwatch.invalid.
+func TestSparkplugNodeDeathIsOneStorm(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
+	addr := freeAddr(t)
+	startProc(t, env, "sigwatch", "SIGWATCH_HTTP_ADDR="+addr, "SIGWATCH_THRESHOLDS_DEFAULT=2s",
+		"SIGWATCH_MQTT_SPARKPLUG_ENABLED=true", "SIGWATCH_ALARM_INTERVAL=500ms")
+	lost := watchLost(t, env)
+	recovered := testenv.RecordStream[dispatch.Recovered](t, env.Conn(t), "SIGWATCH", "sigwatch.recovered.>")
+	invalid := testenv.RecordStream[dispatch.Invalid](t, env.Conn(t), "SIGWATCH", "sigwatch.invalid")
+	storms := watchStorms(t, env)
+	alarms := watchAlarms(t, env)
+	waitAPI(t, addr)
+	// A live plain fleet beside the node, so that its death is its group's
+	// storm and not the whole fleet's.
+	startDevices(t, env.Mosquitto.URL, 300, 500*time.Millisecond)
+
+	const keepAlive = time.Second
+	devs := make([]string, 50)
+	ids := []string{"plant/edge1"}
+	for j := range devs {
+		devs[j] = fmt.Sprintf("d%02d", j)
+		ids = append(ids, "plant/edge1/"+devs[j])
+	}
+	node := testenv.NewEdgeNode(t, env.Mosquitto.URL, "plant", "edge1", devs, keepAlive)
+	testenv.WaitFor(t, 20*time.Second, "the node and its 50 devices watched", func() bool {
+		for _, id := range ids {
+			if _, v := getDevice(t, addr, url.PathEscape(id)); !v.Watched || v.Group != "plant/edge1" {
+				return false
+			}
+		}
+		return true
+	})
+	node.Data(devs[0])
+	ours := func(l dispatch.Lost) bool { return strings.HasPrefix(l.Device, "plant/") }
+	testenv.Never(t, 4*time.Second, "a device of a live node lost", func() bool { return len(lost.Where(ours)) > 0 })
+
+	killed := time.Now()
+	node.Kill()
+	evs := lost.WaitN(t, 10*time.Second, 51, "the node and its 50 devices lost", ours)
+	var worst time.Duration
+	for _, ev := range evs {
+		if ev.Body.Reason != shard.ReasonDeath {
+			t.Errorf("%s lost with reason %q, want death", ev.Body.Device, ev.Body.Reason)
+		}
+		worst = max(worst, ev.At.Sub(killed))
+	}
+	t.Logf("51 lost events within %v of the kill", worst.Round(time.Millisecond))
+	if worst > keepAlive*3/2+time.Second {
+		t.Errorf("slowest lost event %v after the kill; want within keep-alive x 1.5 + 1 s", worst)
+	}
+	storms.Wait(t, 10*time.Second, "the group storm", func(s dispatch.Storm) bool {
+		return s.Scope == dispatch.ScopeGroup && s.Group == "plant/edge1" && s.State == alarm.StormStarted
+	})
+	testenv.WaitFor(t, 10*time.Second, "the group alarm raised", func() bool { return hasScopeAlarm(alarms, "plant/edge1", alarm.Raised) })
+	// The hold (the window: the 2 s threshold) passes with the devices
+	// still lost: their alarms stay held.
+	time.Sleep(3 * time.Second)
+	if n := len(stormsOf(storms, dispatch.ScopeGroup, "plant/edge1", alarm.StormStarted)); n != 1 {
+		t.Errorf("%d group storms started, want 1", n)
+	}
+	if n := len(storms.Bodies(func(s dispatch.Storm) bool { return s.Scope == dispatch.ScopeFleet })); n != 0 {
+		t.Errorf("%d fleet storm events; the fleet is alive", n)
+	}
+	if n := deviceAlarms(alarms, ids); n != 0 {
+		t.Errorf("%d device alarm notifications for the node's devices, want 0", n)
+	}
+	if n := len(lost.Where(func(l dispatch.Lost) bool { return !ours(l) })); n != 0 {
+		t.Errorf("%d devices of the live fleet lost", n)
+	}
+
+	old := node.BdSeq()
+	node.Rebirth()
+	recovered.WaitN(t, 10*time.Second, 51, "the node and its devices recovered", func(r dispatch.Recovered) bool {
+		return strings.HasPrefix(r.Device, "plant/")
+	})
+	node.PublishStaleDeath(old)
+	testenv.Never(t, 3*time.Second, "a stale NDEATH declared anything", func() bool { return len(lost.Where(ours)) > 51 })
+
+	ddeath := time.Now()
+	node.DeviceDeath(devs[7])
+	ev := lost.Wait(t, 5*time.Second, "d07 lost by its DDEATH", func(l dispatch.Lost) bool {
+		return l.Device == "plant/edge1/d07" && l.FiredAt >= ddeath.UnixMilli()
+	})
+	if ev.Body.Reason != shard.ReasonDeath {
+		t.Errorf("d07: reason %q, want death", ev.Body.Reason)
+	}
+	if n := len(lost.Where(ours)); n != 52 {
+		t.Errorf("%d lost events of the node, want 51 + 1", n)
+	}
+
+	c := connectMQTT(t, env.Mosquitto.URL, "garbage")
+	c.Publish("spBv1.0/plant/DDATA/edge1/d01", 1, false, []byte{0xff, 0x01, 0x02}).Wait()
+	c.Publish("spBv1.0/plant/NBIRTH/edge2", 1, false, []byte("not protobuf")).Wait()
+	invalid.WaitN(t, 10*time.Second, 2, "malformed Sparkplug refused", func(i dispatch.Invalid) bool {
+		return strings.HasPrefix(i.Reason, "bad_sparkplug")
+	})
+}
