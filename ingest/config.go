@@ -32,6 +32,8 @@ type MQTTConfig struct {
 	Status StatusConfig `yaml:"status"`
 	// Sparkplug is the Sparkplug B namespace: edge nodes and devices.
 	Sparkplug SparkplugConfig `yaml:"sparkplug"`
+	// Connections are the broker's reports of client connections.
+	Connections ConnectionsConfig `yaml:"connections"`
 }
 
 // TimestampConfig is the timestamp section: the signal time is the receive
@@ -117,7 +119,7 @@ func (c MQTTConfig) Validate() error {
 	if strings.ContainsAny(c.SharedGroup, "/+#") {
 		bad("mqtt.shared_group %q must not contain '/', '+' or '#'", c.SharedGroup)
 	}
-	errs = append(errs, c.Status.Validate(), c.Sparkplug.Validate())
+	errs = append(errs, c.Status.Validate(), c.Sparkplug.Validate(), c.Connections.Validate())
 	return errors.Join(errs...)
 }
 

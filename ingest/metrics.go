@@ -28,7 +28,9 @@ type metrics struct {
 	declared, clamped prometheus.Counter
 	// staleDeaths counts Sparkplug NDEATHs of an earlier connection or
 	// repeated, which change nothing.
-	staleDeaths      prometheus.Counter
+	staleDeaths prometheus.Counter
+	// staleConns counts connection events older than the device's latest.
+	staleConns       prometheus.Counter
 	offline, lowered map[string]prometheus.Counter
 
 	all []prometheus.Collector // everything register registers
@@ -68,6 +70,7 @@ func newMetrics(in *Ingest) *metrics {
 	for r := range sparkplugRefusals {
 		m.invalid[r] = invalid.WithLabelValues(r)
 	}
+	m.staleConns = counter("stale_connection_events_total", "Connection events ignored: older than the device's latest (its version), or repeated.")
 	m.staleDeaths = counter("sparkplug_stale_deaths_total", "Sparkplug NDEATHs ignored: of an earlier connection than the node's current birth (bdSeq), or repeated.")
 	m.declared = counter("declared_deadlines_total", "Signals whose deadline the device declared (ttd, next).")
 	m.clamped = counter("declared_clamped_total", "Declared deadlines cut to thresholds.max_declared.")
@@ -108,7 +111,7 @@ func newMetrics(in *Ingest) *metrics {
 				}))
 	}
 	m.all = append([]prometheus.Collector{m.signals, m.resets, invalid, m.unforwarded, m.newDevices, m.recovered,
-		m.stale, m.storeErrors, m.batchSize, m.storeLatency, m.declared, m.clamped, m.staleDeaths, offline, lowered}, gauges...)
+		m.stale, m.storeErrors, m.batchSize, m.storeLatency, m.declared, m.clamped, m.staleDeaths, m.staleConns, offline, lowered}, gauges...)
 	return m
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -35,6 +36,8 @@ type Options struct {
 	Status StatusConfig
 	// Sparkplug is the Sparkplug B namespace (mqtt.sparkplug).
 	Sparkplug SparkplugConfig
+	// Connections are the broker's connection events (mqtt.connections).
+	Connections ConnectionsConfig
 	// IDLevel is the 0-based topic level carrying the device id, and
 	// TypeLevel the level carrying the device type (-1: none). The zero
 	// pair (both 0, which could never be valid) selects the defaults 1 and
@@ -102,6 +105,8 @@ type Options struct {
 	probes  []string
 	inband  bool
 	ordered string
+	// connPattern is Connections.IDPattern compiled; nil: none.
+	connPattern *regexp.Regexp
 }
 
 const (
@@ -213,6 +218,12 @@ func (o *Options) defaults() error {
 		// on a broker that keeps one order per session.
 		o.ordered = fmt.Sprintf("status topics (%q)", o.Status.Topics)
 	}
+	if len(o.Connections.Topics) > 0 && o.ordered == "" {
+		o.ordered = fmt.Sprintf("connection event topics (%q)", o.Connections.Topics)
+	}
+	if o.Connections.IDPattern != "" {
+		o.connPattern, _ = regexp.Compile(o.Connections.IDPattern) // checked below
+	}
 	if o.Sparkplug.Enabled && o.ordered == "" {
 		o.ordered = "the Sparkplug namespace (mqtt.sparkplug)"
 	}
@@ -230,7 +241,7 @@ func (o *Options) defaults() error {
 	}
 	mc := MQTTConfig{IDLevel: o.IDLevel, TypeLevel: o.TypeLevel, GroupLevel: *o.GroupLevel, QoS: int(*o.QoS), SharedGroup: o.SharedGroup}
 	tc := TimestampConfig{Mode: o.TimestampMode, MaxSkew: o.MaxSkew}
-	if err := errors.Join(mc.Validate(), tc.Validate(), o.Status.Validate(), o.Sparkplug.Validate()); err != nil {
+	if err := errors.Join(mc.Validate(), tc.Validate(), o.Status.Validate(), o.Sparkplug.Validate(), o.Connections.Validate()); err != nil {
 		return fmt.Errorf("ingest: options: %w", err)
 	}
 	return nil

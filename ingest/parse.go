@@ -34,7 +34,7 @@ var (
 // reasons lists every InvalidError, so metrics can be created up front.
 var reasons = []*InvalidError{
 	ErrNoIDLevel, ErrEmptyID, ErrIDTooLong, ErrBadID, ErrReservedID, ErrBadType,
-	ErrBadGroup, ErrBadPayload, ErrMissingTimestamp, ErrBadTimestamp, ErrBadTTD, ErrBadNext, ErrBadStatus,
+	ErrBadGroup, ErrBadPayload, ErrMissingTimestamp, ErrBadTimestamp, ErrBadTTD, ErrBadNext, ErrBadStatus, ErrBadConnEvent,
 }
 
 // reasonOf returns the reason token of err ("other" if it is no InvalidError).

@@ -181,7 +181,7 @@ func (s *source) handOver(wait time.Duration) (int64, bool) {
 // deviceFilters are the filters signals come in on, shared if this member
 // is in a group.
 func (s *source) deviceFilters() []string {
-	fs := slices.Concat(s.opts.Topics, s.opts.Status.Topics)
+	fs := slices.Concat(s.opts.Topics, s.opts.Status.Topics, s.opts.Connections.Topics)
 	if s.opts.Sparkplug.Enabled {
 		fs = append(fs, sparkplugFilter)
 	}
@@ -234,6 +234,10 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 	now := s.opts.Now()
 	if s.opts.Sparkplug.Enabled && strings.HasPrefix(topic, sparkplug.Namespace+"/") {
 		s.onSparkplug(m, now, s.stampCap(now))
+		return
+	}
+	if len(s.opts.Connections.Topics) > 0 && s.opts.connTopic(topic) {
+		s.onConnEvent(m, now, s.stampCap(now))
 		return
 	}
 	status := len(s.opts.Status.Topics) > 0 && s.opts.statusTopic(topic)

@@ -95,3 +95,13 @@ func (o *Options) statusTopic(topic string) bool {
 	}
 	return false
 }
+
+// connTopic says whether topic is under one of the connection event filters.
+func (o *Options) connTopic(topic string) bool {
+	for _, f := range o.Connections.Topics {
+		if topicMatches(f, topic) {
+			return true
+		}
+	}
+	return false
+}

@@ -210,7 +210,7 @@ var leaves = []leaf{
 
 	{"r", "reg", "shard"}, {"r", "reg:", "shard"}, {"r", "grp:", "shard"}, {"r", "lost", "shard"},
 	{"r", "thrlock:", "shard"}, {"r", "tf", "shard"}, {"r", "decl", "shard"},
-	{"r", "alarm", "alarm"}, {"r", "open", "alarm"}, {"r", "spb", "ingest"},
+	{"r", "alarm", "alarm"}, {"r", "open", "alarm"}, {"r", "spb", "ingest"}, {"r", "conn", "ingest"},
 
 	{"g:", "members", "shard"},
 	{"storm:", "lost", "alarm"}, {"storm:", "state", "alarm"},
