@@ -71,5 +71,9 @@
 //     (a will) an offline report.
 //   - lower.go: the flush's offline reports (shard.Devices.Lower) and the
 //     records of declared deadlines.
+//   - sparkplug.go: Sparkplug B (mqtt.sparkplug): births arm, bdSeq-checked
+//     deaths declare a node and its devices lost; the host's STATE.
+//   - connections.go: the broker's connection events (mqtt.connections),
+//     from MQTT or fed by Connection, ordered by their version.
 //   - metrics.go: the metrics.
 package ingest
