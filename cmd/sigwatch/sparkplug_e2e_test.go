@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
 	"github.com/sigwatch/sigwatch/alarm"
 	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/internal/sparkplug"
 	"github.com/sigwatch/sigwatch/internal/testenv"
 	"github.com/sigwatch/sigwatch/shard"
 )
@@ -24,7 +27,7 @@ import (
 func TestSparkplugNodeDeathIsOneStorm(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
 	addr := freeAddr(t)
-	startProc(t, env, "sigwatch", "SIGWATCH_HTTP_ADDR="+addr, "SIGWATCH_THRESHOLDS_DEFAULT=2s",
+	p := startProc(t, env, "sigwatch", "SIGWATCH_HTTP_ADDR="+addr, "SIGWATCH_THRESHOLDS_DEFAULT=2s",
 		"SIGWATCH_MQTT_SPARKPLUG_ENABLED=true", "SIGWATCH_ALARM_INTERVAL=500ms")
 	lost := watchLost(t, env)
 	recovered := testenv.RecordStream[dispatch.Recovered](t, env.Conn(t), "SIGWATCH", "sigwatch.recovered.>")
@@ -116,4 +119,24 @@ func TestSparkplugNodeDeathIsOneStorm(t *testing.T) {
 	invalid.WaitN(t, 10*time.Second, 2, "malformed Sparkplug refused", func(i dispatch.Invalid) bool {
 		return strings.HasPrefix(i.Reason, "bad_sparkplug")
 	})
+	// They stalled nothing.
+	node.DeviceDeath(devs[8])
+	lost.Wait(t, 5*time.Second, "d08 lost after the garbage", func(l dispatch.Lost) bool { return l.Device == "plant/edge1/d08" })
+
+	// sigwatch is a host application: its STATE is online, retained, and
+	// its will says offline when it dies.
+	states := make(chan []byte, 4)
+	c.Subscribe("spBv1.0/STATE/sigwatch", 1, func(_ mqtt.Client, m mqtt.Message) { states <- m.Payload() })
+	if online, _, err := sparkplug.DecodeState(<-states); err != nil || !online {
+		t.Errorf("retained host STATE: online %v, %v; want online", online, err)
+	}
+	p.kill()
+	select {
+	case b := <-states:
+		if online, _, err := sparkplug.DecodeState(b); err != nil || online {
+			t.Errorf("host STATE after sigwatch was killed: online %v, %v; want its will, offline", online, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("no offline host STATE after sigwatch was killed")
+	}
 }
