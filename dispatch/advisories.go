@@ -136,6 +136,9 @@ func (a *Advisories) subscribe(ctx context.Context) error {
 	return nil
 }
 
+// Close closes the connection; Run closes it too.
+func (a *Advisories) Close() { a.nc.Close() }
+
 // Run hands each MQTT client's advisory to fn until ctx is done, then
 // closes the connection once the calls under way returned. fn runs on
 // several goroutines at once, one client's advisories in order on one of

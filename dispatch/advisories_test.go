@@ -83,3 +83,21 @@ func TestAdvisoriesFollowMQTTClients(t *testing.T) {
 		t.Errorf("advisories %+v, want dev-1 up then down, with one start", got)
 	}
 }
+
+// TestAdvisoriesNeedAUser: following the advisories without credentials of
+// their own is refused, in one line that says what to set.
+func TestAdvisoriesNeedAUser(t *testing.T) {
+	c := DefaultConfig()
+	c.Advisories.Enabled = true
+	want := "nats.advisories.enabled needs nats.advisories.user or creds_file: only a system account user sees the advisories"
+	if err := c.Validate(); err == nil || err.Error() != want {
+		t.Errorf("Validate: %v, want %q", err, want)
+	}
+	c.Advisories.User = "sys"
+	if err := c.Validate(); err != nil {
+		t.Errorf("with a user: %v", err)
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Errorf("off by default: %v", err)
+	}
+}
