@@ -39,7 +39,9 @@ type Config struct {
 	// pings unanswered mark a hung or cut-off server stale, and the
 	// connection moves to another.
 	PingInterval time.Duration `yaml:"ping_interval"`
-	Options      `yaml:",inline"`
+	// Advisories follows the MQTT listener's client advisories.
+	Advisories AdvisoriesConfig `yaml:"advisories"`
+	Options    `yaml:",inline"`
 }
 
 // Options configure the publisher and the stream.
@@ -105,6 +107,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("nats.%s must not be negative (0: the default or no limit)", n.key))
 		}
 	}
+	errs = append(errs, c.Advisories.validate())
 	if c.PingInterval < 0 {
 		errs = append(errs, errors.New("nats.ping_interval must not be negative"))
 	}
@@ -163,7 +166,7 @@ func Dial(ctx context.Context, c Config, log *slog.Logger) (*Bus, error) {
 // connect opens the NATS connection of c, to any of the servers its URL
 // lists (comma-separated). It reconnects for ever, to any server of the
 // list or of the cluster, 250ms apart per server.
-func connect(c Config, log *slog.Logger) (*nats.Conn, error) {
+func connect(c Config, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name("sigwatch"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
 		// A server that hangs or is cut off keeps the connection open and
@@ -177,6 +180,7 @@ func connect(c Config, log *slog.Logger) (*nats.Conn, error) {
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", nc.ConnectedUrl()) }),
 	}
+	opts = append(opts, extra...)
 	if c.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(c.CredsFile))
 	}

@@ -47,6 +47,9 @@
 //     in batches, several at once, acknowledged once handled.
 //   - version.go: the oldest nats-server the JetStream mode works with,
 //     checked by Dial.
+//   - advisories.go: the MQTT listener's client advisories, followed by a
+//     system account user of their own (nats.advisories; DialAdvisories,
+//     Run), one client's in order.
 //   - consume.go: a durable consumer of lost and recovered events shared by
 //     the replicas of a role (the alarm workers).
 //   - follow.go: an ordered consumer that follows the stream's events by

@@ -18,7 +18,9 @@
 //     check and healthcheck.
 //   - run.go: App and Start; wire.go: each step of wiring the roles to
 //     Redis, NATS and the broker; group.go runs them as an ordered group
-//     that stops in reverse; metrics.go: the NATS connection gauge.
+//     that stops in reverse; metrics.go: the NATS connection gauge;
+//     advisories.go: the NATS MQTT listener's client advisories fed to
+//     ingest as connection events.
 //   - apiclient.go: how every CLI verb reaches the API (--api, --token,
 //     --timeout, one-line errors) and shows times; admin.go: the device and
 //     mute commands; lists.go, storms.go, stats.go, timers.go: the listing,

@@ -56,7 +56,10 @@ type App struct {
 	pub      *dispatch.Bus
 	in       *ingest.Ingest
 	claim    *ingest.Claim // this process's hold on its mqtt.client_id
-	sc       *scanner.Scanner
+	// advisories follows the NATS MQTT listener's client advisories into
+	// in (nil: nats.advisories off, or no ingest role).
+	advisories *dispatch.Advisories
+	sc         *scanner.Scanner
 
 	// repeats and repeatTopo are the store of the alarm's repeats (a timer
 	// family of its own) and its topology; alarms serves the alarm role and
@@ -128,7 +131,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	}()
 	// Each step needs the ones before: connections, then Redis's data
 	// vetted, then the roles on top of it.
-	for _, step := range []func(context.Context) error{a.connect, a.establish, a.newIngest, a.newScanner, a.newAlarms, a.newTimers, a.newAPI} {
+	for _, step := range []func(context.Context) error{a.connect, a.establish, a.newIngest, a.newAdvisories, a.newScanner, a.newAlarms, a.newTimers, a.newAPI} {
 		if err := step(ctx); err != nil {
 			return nil, err
 		}
@@ -175,6 +178,9 @@ func (a *App) run(ctx context.Context) {
 	if a.in != nil {
 		a.g.Go("ingest", a.in.Run)
 	}
+	if a.advisories != nil {
+		a.g.Go("nats advisories", a.runAdvisories) // stopped before ingest
+	}
 	if a.timerSvc != nil {
 		a.g.Go("timers", a.timerSvc.Run)
 	}
@@ -195,6 +201,9 @@ func (a *App) run(ctx context.Context) {
 }
 
 func (a *App) closeClients() {
+	if a.advisories != nil {
+		a.advisories.Close()
+	}
 	if a.pub != nil {
 		a.pub.Close()
 	}

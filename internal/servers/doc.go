@@ -21,7 +21,8 @@
 //   - replication.go: how far a Redis's replication has gone (ReplOffset), and
 //     one command sent to it (Do).
 //   - mosquitto.go: a mosquitto broker (StartMosquitto).
-//   - nats.go: an embedded nats-server with JetStream (StartNATS).
+//   - nats.go: an embedded nats-server with JetStream (StartNATS), and
+//     optionally a system account whose user sees its advisories.
 //   - nats_process.go: a nats-server as its own process (StartNATSProcess),
 //     built from natsd.
 //   - nats_cluster.go: a nats-server cluster of child processes

@@ -31,6 +31,11 @@ type NATSOptions struct {
 	// TLS, when set, makes the client port require TLS with this configuration (see
 	// TLSFiles.ServerTLS); URL is then tls://host:port. The MQTT listener stays plain.
 	TLS *tls.Config
+	// SystemUser and SystemPassword, when SystemUser is set, make a system account SYS with this
+	// one user, who sees the server's advisories ($SYS.ACCOUNT.>). Every other client is in an
+	// account APP with JetStream: with User set, by those credentials; otherwise without any,
+	// on the client port and the MQTT listener alike, as without accounts.
+	SystemUser, SystemPassword string
 }
 
 // NATS is an nats-server embedded in this process, listening on 127.0.0.1.
@@ -88,7 +93,11 @@ func (n *NATS) start() error {
 		o.MQTT.Host = "127.0.0.1"
 		o.MQTT.Port = n.mqttPort
 	}
-	if n.opts.User != "" {
+	if n.opts.SystemUser != "" {
+		if err := n.accounts(o); err != nil {
+			return err
+		}
+	} else if n.opts.User != "" {
 		o.Username, o.Password = n.opts.User, n.opts.Password
 	}
 	if n.opts.TLS != nil {
@@ -136,6 +145,23 @@ func (n *NATS) start() error {
 		n.MQTTURL = "tcp://" + n.MQTTAddr
 	}
 	return nil
+}
+
+// accounts gives o the accounts of NATSOptions.SystemUser: APP (JetStream) and SYS, the system
+// account. They are written as configuration, the one way to enable JetStream in an account.
+func (n *NATS) accounts(o *server.Options) error {
+	app, appPassword, noAuth := n.opts.User, n.opts.Password, ""
+	if app == "" {
+		app, appPassword, noAuth = "app", "app", "no_auth_user: app"
+	}
+	conf := fmt.Sprintf(`accounts {
+  APP { jetstream: enabled, users: [{user: %q, password: %q}] }
+  SYS { users: [{user: %q, password: %q}] }
+}
+system_account: SYS
+%s
+`, app, appPassword, n.opts.SystemUser, n.opts.SystemPassword, noAuth)
+	return o.ProcessConfigString(conf)
 }
 
 // Shutdown stops the server and waits until it has. JetStream state stays in Dir.

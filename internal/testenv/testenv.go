@@ -16,6 +16,9 @@ type Options struct {
 	Mosquitto bool // a Mosquitto broker, tuned as deploy/local/mosquitto.conf
 	NATS      bool // an embedded nats-server with JetStream
 	NATSMQTT  bool // the same, with its MQTT listener enabled (implies NATS)
+	// NATSSystem adds a system account with one user (Env.NATSSystem), who sees the server's
+	// advisories; every other client keeps working as without it.
+	NATSSystem bool
 	// RedisPersist turns on Redis's append-only file, for tests that Kill and Restart Redis and
 	// expect the data back.
 	RedisPersist bool
@@ -37,6 +40,8 @@ type Env struct {
 	Redis     *servers.Redis
 	Mosquitto *servers.Mosquitto
 	NATS      *servers.NATS
+	// NATSSystem is the system account's user, with Options.NATSSystem.
+	NATSSystem *Credentials
 
 	// With Options.Secure: the credentials the servers require, the files their certificates
 	// were made from, and a client configuration that trusts only their CA.
@@ -60,6 +65,10 @@ func New(t testing.TB, opts Options) *Env {
 		ropts.Password, ropts.TLS = sec.Password, &env.Certs
 		mopts = servers.MosquittoOptions{Username: sec.User, Password: sec.Password, TLS: &env.Certs}
 		nopts.User, nopts.Password, nopts.TLS = sec.User, sec.Password, serverTLS
+	}
+	if opts.NATSSystem {
+		env.NATSSystem = &Credentials{User: "sys", Password: "sys"}
+		nopts.SystemUser, nopts.SystemPassword = env.NATSSystem.User, env.NATSSystem.Password
 	}
 
 	r, err := servers.StartRedis(filepath.Join(dir, "redis"), ropts)
