@@ -121,8 +121,12 @@ return 1`)
 
 const connLeaf = "conn"
 
-// deviceOf maps a client id to a device id by IDPattern.
+// deviceOf maps a client id to a device id by IDPattern. This process's
+// own connections are never devices.
 func (o *Options) deviceOf(clientID string) (string, bool) {
+	if clientID == o.ClientID || clientID == o.ClientID+"-probe" {
+		return "", false
+	}
 	if o.connPattern == nil {
 		return clientID, clientID != ""
 	}
