@@ -7,6 +7,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -72,6 +73,8 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg.Storm.Hold = 2 * time.Second
 	cfg.Thresholds.Default = *threshold
 	cfg.Alarm.Interval = *threshold // silent devices get a few repeats before they come back
+	// Sparkplug needs a broker that keeps one order per session: Mosquitto.
+	cfg.MQTT.Sparkplug.Enabled = srv.mosquitto != nil
 	logFile, err := os.Create(filepath.Join(dir, "sigwatch.log"))
 	if err != nil {
 		return err
@@ -101,6 +104,13 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer nc.Close()
 	w := newWatch(stdout, "dev-")
+	var node *demoNode
+	if cfg.MQTT.Sparkplug.Enabled {
+		if node, err = newDemoNode(srv.brokerURL, stdout); err != nil {
+			return err
+		}
+		w.node = node.name()
+	}
 	if _, err := nc.Subscribe("sigwatch.>", w.onEvent); err != nil {
 		return err
 	}
@@ -127,7 +137,18 @@ too, and shown here when it is lost or recovered. Each second below: the
 lost and recovered events so far, the alarms raised so far (one per silent
 device, one per dark gateway) and the storms.
 `, *devices, 2**threshold, *threshold, *gatewayEvery)
+	// The node dies between two dark gateways, down as long as one.
+	period := cmp.Or(*gatewayEvery, 20*time.Second)
+	nodeDies, nodeDown, nodeEvery := period*3/2, 2**threshold, 2*period
+	node.intro(stdout, srv.brokerName, nodeDies, nodeDown, nodeEvery)
 	where.print(stdout, true)
+	if node != nil {
+		go func() {
+			if err := node.run(flCtx, nodeDies, nodeDown, nodeEvery); err != nil {
+				fmt.Fprintln(stderr, "edge node:", err)
+			}
+		}()
+	}
 
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
@@ -170,9 +191,11 @@ device, one per dark gateway) and the storms.
 Summary: %d lost events, %d recovered, fire lag p99 %dms, %d signals published.
 Alarms: %d raised, %d for single silent devices and %d for dark gateways in %d storms (one alarm
 for a gateway, not one per device); %d alarm notifications in all (raised, repeated, resolved).
-The demo's log and its servers' data are kept in %s.
+`, lost, recovered, p99, fl.Sent(), a.raised, a.raised-a.stormRaised, a.stormRaised, a.storms, a.messages)
+	node.summary(stdout)
+	fmt.Fprintf(stdout, `The demo's log and its servers' data are kept in %s.
 Run it for real on your own devices: make run (the same servers, deploy/sigwatch.yaml's settings).
-`, lost, recovered, p99, fl.Sent(), a.raised, a.raised-a.stormRaised, a.stormRaised, a.storms, a.messages, dir)
+`, dir)
 	if *duration > 0 && lost == 0 {
 		return errors.New("demo: no device was reported lost")
 	}
@@ -200,16 +223,18 @@ func declareFleet(ctx context.Context, app *App, fl *fleet.Fleet, n int) error {
 // of each group are lost, so that a storm's end says the most of its
 // group lost at once besides the count the event carries.
 type watch struct {
-	out       io.Writer
-	fleet     string // the id prefix of the simulated devices
-	mu        sync.Mutex
-	lost      int
-	recovered int
-	alarms    alarmCounts
-	lags      []int64
-	lostGroup map[string]string // device -> its group, while lost
-	lostCount map[string]int    // group ("" for the fleet) -> devices lost now
-	peak      map[string]int    // group ("" for the fleet) -> most lost at once since its storm started
+	out           io.Writer
+	fleet         string // the id prefix of the simulated devices
+	node          string // the Sparkplug edge node, also its devices' group ("": none)
+	mu            sync.Mutex
+	lost          int
+	recovered     int
+	alarms        alarmCounts
+	lags          []int64
+	lostGroup     map[string]string // device -> its group, while lost
+	lostCount     map[string]int    // group ("" for the fleet) -> devices lost now
+	peak          map[string]int    // group ("" for the fleet) -> most lost at once since its storm started
+	nodeRecovered int               // the edge node's recovered events since all of it was last back
 }
 
 func newWatch(out io.Writer, fleetPrefix string) *watch {
@@ -227,8 +252,11 @@ func (w *watch) onEvent(m *nats.Msg) {
 			w.lost++
 			w.lags = append(w.lags, now-ev.Deadline)
 			w.lostNow(ev.Device, ev.Group)
-			if !strings.HasPrefix(ev.Device, w.fleet) {
-				fmt.Fprintf(w.out, "      your device %s: lost (last signal %s)\n", ev.Device, time.UnixMilli(ev.LastSeen).Format("15:04:05"))
+			switch {
+			case w.ofNode(ev.Device):
+				w.nodeLost(ev)
+			case !strings.HasPrefix(ev.Device, w.fleet):
+				fmt.Fprintf(w.out, "      your device %s: lost (%s; last signal %s)\n", ev.Device, reasonOf(ev.Reason), time.UnixMilli(ev.LastSeen).Format("15:04:05"))
 			}
 		}
 	case strings.HasPrefix(m.Subject, "sigwatch.recovered."):
@@ -236,7 +264,10 @@ func (w *watch) onEvent(m *nats.Msg) {
 		if json.Unmarshal(m.Data, &ev) == nil {
 			w.recovered++
 			w.backNow(ev.Device)
-			if !strings.HasPrefix(ev.Device, w.fleet) {
+			switch {
+			case w.ofNode(ev.Device):
+				w.nodeBack()
+			case !strings.HasPrefix(ev.Device, w.fleet):
 				fmt.Fprintf(w.out, "      your device %s: recovered\n", ev.Device)
 			}
 		}

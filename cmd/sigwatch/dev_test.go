@@ -206,7 +206,8 @@ func TestDevReportsAPublishedDeviceLost(t *testing.T) {
 // status page, how to subscribe, the config make run uses and its log dir,
 // and again after --remind; its fleet's devices have types and gateways; a
 // device the user publishes once on the README's topic is watched and
-// reported lost; a dark gateway's storm ends with the count it reached,
+// reported lost, with reason silence; its Sparkplug B edge node dies and is
+// reborn (demoEdgeNodeShown); a dark gateway's storm ends with the count it reached,
 // never fewer than it started with, and the count still lost as it ended,
 // the one `sigwatch events` shows; the alarms raised are one per silent
 // device and one per dark gateway, fewer than the lost events, and the
@@ -233,7 +234,8 @@ func TestDemoShowsLostDevices(t *testing.T) {
 	if tok := c.Publish("devices/mine-1/signal", 1, false, "hi"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("publish: %v", tok.Error())
 	}
-	out.match(t, 15*time.Second, regexp.MustCompile(`(your device mine-1: lost)`))
+	out.match(t, 15*time.Second, regexp.MustCompile(`(your device mine-1: lost) \(silence; last signal \d\d:\d\d:\d\d\)`))
+	demoEdgeNodeShown(t, out)
 	for id, want := range map[string][2]string{"mine-1": {"", ""}, "dev-000000": {"meter", "gw-0"}, "dev-000051": {"tracker", "gw-1"}} {
 		var v struct{ Type, Group string }
 		resp, err := http.Get(status + "/v1/devices/" + id)
@@ -281,6 +283,9 @@ func TestDemoShowsLostDevices(t *testing.T) {
 	} else if raised, single, gw, storms, msgs := atoi(m[1]), atoi(m[2]), atoi(m[3]), atoi(m[4]), atoi(m[5]); raised != single+gw || gw < 1 || gw > storms || msgs < raised {
 		t.Errorf("summary %q: want raised = single + gateways, 1 <= gateway alarms <= storms, notifications >= raised", m[0])
 	}
+	if !regexp.MustCompile(`Edge node plant-1/edge-1: [1-9]\d* connection deaths, each an NDEATH declaring it and its 10 devices lost \(reason death\), and [1-9]\d* rebirths`).MatchString(text) {
+		t.Errorf("the summary does not count the edge node's deaths and rebirths")
+	}
 	if !strings.Contains(text, "kept in "+logs) {
 		t.Errorf("the demo did not name its log dir %s at the end", logs)
 	}
@@ -289,17 +294,16 @@ func TestDemoShowsLostDevices(t *testing.T) {
 	}
 	// A storm ends with the most of its gateway lost at once, at least what
 	// it started with: never "25 of 50" at the start and "24 of 50" at the end.
-	started := regexp.MustCompile(`storm started: group (gw-\d+), (\d+) of its 50 devices lost so far`)
-	first := map[string]int{}
-	for _, m := range started.FindAllStringSubmatch(text, -1) {
-		n, _ := strconv.Atoi(m[2])
-		if _, ok := first[m[1]]; !ok {
-			first[m[1]] = n
+	// A gateway dark twice has two storms: each end goes with the start before it.
+	storm := regexp.MustCompile(`storm (started|ended): group (gw-\d+), (\d+) of its 50 devices lost (?:so far|at the worst, (\d+) still lost)`)
+	began := map[string]int{}
+	for _, m := range storm.FindAllStringSubmatch(text, -1) {
+		if m[1] == "started" {
+			began[m[2]] = atoi(m[3])
+			continue
 		}
-	}
-	for _, m := range ended.FindAllStringSubmatch(text, -1) {
-		if n := atoi(m[2]); n < first[m[1]] || n < atoi(m[3]) {
-			t.Errorf("storm of %s started with %d lost and ended saying %d at the worst, %d at the end", m[1], first[m[1]], n, atoi(m[3]))
+		if n := atoi(m[3]); n < began[m[2]] || n < atoi(m[4]) {
+			t.Errorf("storm of %s started with %d lost and ended saying %d at the worst, %s at the end", m[2], began[m[2]], n, m[4])
 		}
 	}
 }

@@ -28,7 +28,8 @@
 //     the API or, with --config, on Redis directly; events.go: sigwatch
 //     events, which follows GET /v1/events.
 //   - simulate.go: a simulated fleet; demo.go: the demo (build tag demo),
-//     nodemo.go: its stand-in (and dev's) without the tag; dev.go:
+//     demo_sparkplug.go: its Sparkplug B edge node, whose connection dies
+//     and comes back; nodemo.go: its stand-in (and dev's) without the tag; dev.go:
 //     `sigwatch dev`, the service on servers it starts (build tag demo);
 //     devservers.go: the servers the demo and dev start, on the standard
 //     ports where free.
