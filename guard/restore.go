@@ -240,7 +240,7 @@ func (g *Guard) restoreDevices(ctx context.Context, s *shard.Store, t shard.Topo
 			lost = append(lost, shard.Entry{ID: r.ID, Deadline: r.LostDeadline})
 			continue
 		}
-		thr := g.o.Thresholds.For(r.ID, r.Type)
+		thr := g.o.Thresholds.Rearm(r.ID, r.Type)
 		if r.Threshold > 0 {
 			thr = devs[j].Threshold
 		}

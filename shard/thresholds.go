@@ -59,6 +59,10 @@ type Thresholds struct {
 	Confirm map[string]time.Duration
 	// MaxDeclared bounds the deadlines devices declare (0: DefaultThresholdsConfig's).
 	MaxDeclared time.Duration
+	// UntilNotice are the types whose devices report by exception and are
+	// armed until further notice (Sparkplug's, unless periodic): a restore
+	// re-arms them so, not under a threshold they never keep.
+	UntilNotice map[string]bool
 
 	store     *Store
 	mu        sync.RWMutex
@@ -91,6 +95,16 @@ func (t *Thresholds) ConfirmAfter(typ string) time.Duration {
 		return d
 	}
 	return t.Confirm["default"]
+}
+
+// Rearm returns how far ahead a restore re-arms a device of type typ
+// that has no deadline left: its threshold, or the longest declared
+// deadline for a type armed until further notice.
+func (t *Thresholds) Rearm(id, typ string) time.Duration {
+	if t.UntilNotice[typ] {
+		return t.Declared()
+	}
+	return t.For(id, typ)
 }
 
 // Declared returns the bound of a deadline a device declares itself.

@@ -77,6 +77,12 @@ func (a *App) establish(ctx context.Context) error {
 	}
 	a.thr = shard.NewThresholds(a.store, cfg.Thresholds.Default, cfg.Thresholds.Types)
 	a.thr.Confirm, a.thr.MaxDeclared = cfg.Thresholds.ConfirmAfter, cfg.Thresholds.MaxDeclared
+	if sp := cfg.MQTT.Sparkplug; sp.Enabled {
+		a.thr.UntilNotice = map[string]bool{}
+		for _, typ := range []string{sp.NodeType, sp.DeviceType} {
+			a.thr.UntilNotice[typ] = !slices.Contains(sp.Periodic, typ)
+		}
+	}
 	a.guard = guard.New(guard.Options{
 		Store: a.store, Alarm: a.repeats, Registry: a.registry, Pub: a.pub, Thresholds: a.thr,
 		Timers: a.journal, TimerDurable: cfg.Timers.Durable,
