@@ -140,3 +140,52 @@ func TestSparkplugNodeDeathIsOneStorm(t *testing.T) {
 		t.Error("no offline host STATE after sigwatch was killed")
 	}
 }
+
+// TestSparkplugSurvivesRedisEmpty: Redis restarts empty under a live
+// Sparkplug node whose devices report by exception. The restore re-arms
+// them until further notice, so none is taken for dead by a threshold it
+// never keeps (2 s here). The node's bdSeq went with Redis: its next death
+// is ignored, as a death of an unknown birth; once born again, its death
+// declares it and its devices lost as before.
+func TestSparkplugSurvivesRedisEmpty(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
+	addr := freeAddr(t)
+	startProc(t, env, "sigwatch", "SIGWATCH_HTTP_ADDR="+addr, "SIGWATCH_THRESHOLDS_DEFAULT=2s",
+		"SIGWATCH_MQTT_SPARKPLUG_ENABLED=true", "SIGWATCH_STORM_ENABLED=false")
+	lost := watchLost(t, env)
+	system := testenv.RecordStream[dispatch.System](t, env.Conn(t), "SIGWATCH", "sigwatch.system")
+	waitAPI(t, addr)
+	devs := []string{"a", "b", "c", "d", "e"}
+	node := testenv.NewEdgeNode(t, env.Mosquitto.URL, "site", "n1", devs, time.Second)
+	testenv.WaitFor(t, 20*time.Second, "the node and its devices watched", func() bool {
+		for _, d := range devs {
+			if _, v := getDevice(t, addr, url.PathEscape("site/n1/"+d)); !v.Watched {
+				return false
+			}
+		}
+		return true
+	})
+	if err := env.Redis.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if err := env.Redis.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	system.Wait(t, 60*time.Second, "the restore", func(s dispatch.System) bool { return s.Kind == "redis_restored" })
+	ours := func(l dispatch.Lost) bool { return strings.HasPrefix(l.Device, "site/") }
+	testenv.Never(t, 5*time.Second, "a quiet Sparkplug device lost after the restore", func() bool { return len(lost.Where(ours)) > 0 })
+
+	node.Rebirth()
+	testenv.WaitFor(t, 10*time.Second, "the rebirth recorded", func() bool {
+		_, v := getDevice(t, addr, url.PathEscape("site/n1"))
+		return v.Watched && v.Deadline > time.Now().Add(time.Hour).UnixMilli()
+	})
+	node.Kill()
+	evs := lost.WaitN(t, 10*time.Second, 6, "the node and its devices lost after the rebirth", ours)
+	for _, ev := range evs {
+		if ev.Body.Reason != shard.ReasonDeath {
+			t.Errorf("%s lost with reason %q, want death", ev.Body.Device, ev.Body.Reason)
+		}
+	}
+}
