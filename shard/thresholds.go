@@ -50,8 +50,9 @@ func (s *Store) overrides(ctx context.Context) (map[string]time.Duration, error)
 }
 
 // Thresholds decides how long a device may stay silent: a per-device
-// override if one is set, else the threshold of its type, else the default.
-// Overrides are cached and reloaded when their version in Redis changes.
+// override if one is set, else the threshold of its type (set at run time,
+// else configured), else the default. Overrides and run-time type settings
+// are cached and reloaded when their version in Redis changes.
 type Thresholds struct {
 	Default time.Duration
 	ByType  map[string]time.Duration
@@ -63,8 +64,10 @@ type Thresholds struct {
 	store     *Store
 	mu        sync.RWMutex
 	overrides map[string]time.Duration
-	maxOver   time.Duration // the longest override
+	types     map[string]TypeSetting // set at run time (typesettings.go)
+	maxOver   time.Duration          // the longest override or run-time type threshold
 	version   int64
+	gen       string // the generation the version was read under
 }
 
 // NewThresholds returns thresholds backed by store's overrides.
@@ -76,16 +79,29 @@ func NewThresholds(store *Store, def time.Duration, byType map[string]time.Durat
 func (t *Thresholds) For(id, typ string) time.Duration {
 	t.mu.RLock()
 	d, ok := t.overrides[id]
+	set := t.types[typ]
 	t.mu.RUnlock()
 	if ok {
 		return d
 	}
-	return t.base(typ)
+	if set.Threshold > 0 {
+		return set.Threshold
+	}
+	return t.configured(typ)
 }
 
 // ConfirmAfter returns how long an offline report of a device of type typ
 // waits before the device is declared lost.
-func (t *Thresholds) ConfirmAfter(typ string) time.Duration { return t.Confirm[typ] }
+// One set at run time comes before the configured one.
+func (t *Thresholds) ConfirmAfter(typ string) time.Duration {
+	t.mu.RLock()
+	set, ok := t.types[typ]
+	t.mu.RUnlock()
+	if ok && set.ConfirmSet {
+		return set.Confirm
+	}
+	return t.Confirm[typ]
+}
 
 // Declared returns the bound of a deadline a device declares itself.
 func (t *Thresholds) Declared() time.Duration {
@@ -97,6 +113,17 @@ func (t *Thresholds) Declared() time.Duration {
 
 // base returns the threshold of a device of type typ without an override.
 func (t *Thresholds) base(typ string) time.Duration {
+	t.mu.RLock()
+	set, ok := t.types[typ]
+	t.mu.RUnlock()
+	if ok && set.Threshold > 0 {
+		return set.Threshold
+	}
+	return t.configured(typ)
+}
+
+// configured returns the threshold the configuration gives type typ.
+func (t *Thresholds) configured(typ string) time.Duration {
 	if d, ok := t.ByType[typ]; ok {
 		return d
 	}
@@ -104,7 +131,7 @@ func (t *Thresholds) base(typ string) time.Duration {
 }
 
 // Max returns the longest threshold in force: the default, a type's, or an
-// override as last loaded.
+// override or run-time type threshold as last loaded.
 func (t *Thresholds) Max() time.Duration {
 	t.mu.RLock()
 	m := t.maxOver
@@ -116,14 +143,17 @@ func (t *Thresholds) Max() time.Duration {
 	return m
 }
 
-// Reload reads the overrides if their version changed.
+// Reload reads the overrides and run-time type settings if their version
+// changed, or the generation of Redis's data did (a restore may have
+// written the same version number over other data).
 func (t *Thresholds) Reload(ctx context.Context) error {
+	gen := t.store.Generation()
 	v, err := t.store.overridesVersion(ctx)
 	if err != nil {
 		return err
 	}
 	t.mu.RLock()
-	same := v == t.version
+	same := v == t.version && gen == t.gen
 	t.mu.RUnlock()
 	if same {
 		return nil
@@ -132,14 +162,30 @@ func (t *Thresholds) Reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	types, err := t.store.typeSettings(ctx)
+	if err != nil {
+		return err
+	}
 	var longest time.Duration
 	for _, d := range m {
 		longest = max(longest, d)
 	}
+	for _, set := range types {
+		longest = max(longest, set.Threshold)
+	}
 	t.mu.Lock()
-	t.overrides, t.maxOver, t.version = m, longest, v
+	t.overrides, t.types, t.maxOver, t.version, t.gen = m, types, longest, v, gen
 	t.mu.Unlock()
 	return nil
+}
+
+// Refresh reloads whatever the version says: after a restore wrote the
+// settings back.
+func (t *Thresholds) Refresh(ctx context.Context) error {
+	t.mu.Lock()
+	t.version = -1
+	t.mu.Unlock()
+	return t.Reload(ctx)
 }
 
 // Run reloads every interval until ctx is done.
