@@ -328,3 +328,19 @@ func (d *Devices) lockType(ctx context.Context, typ string) (func(), error) {
 		_ = unlockScript.exec(rctx, d.store.c, []string{key}, []string{token}).Error()
 	}, nil
 }
+
+// Type returns what is in force for type typ, read anew.
+func (d *Devices) Type(ctx context.Context, typ string) (TypeView, error) {
+	if err := d.thr.Reload(ctx); err != nil {
+		return TypeView{Type: typ}, err
+	}
+	return d.thr.Type(typ), nil
+}
+
+// Types returns what is in force for every type with a setting, read anew.
+func (d *Devices) Types(ctx context.Context) ([]TypeView, error) {
+	if err := d.thr.Reload(ctx); err != nil {
+		return nil, err
+	}
+	return d.thr.Types(), nil
+}
