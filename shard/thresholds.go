@@ -29,16 +29,17 @@ func (s *Store) SetOverride(ctx context.Context, id string, threshold time.Durat
 	return nil
 }
 
-// overridesVersion returns a number that changes whenever overrides do.
-func (s *Store) overridesVersion(ctx context.Context) (int64, error) {
-	v, err := s.c.Do(ctx, s.c.B().Get().Key(s.k.OverridesVersion()).Build()).AsInt64()
+// overridesVersion returns a number that changes whenever overrides or
+// run-time type settings do; found is false when Redis has none.
+func (s *Store) overridesVersion(ctx context.Context) (v int64, found bool, err error) {
+	v, err = s.c.Do(ctx, s.c.B().Get().Key(s.k.OverridesVersion()).Build()).AsInt64()
 	if rueidis.IsRedisNil(err) {
-		return 0, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("shard: read overrides version: %w", err)
+		return 0, false, fmt.Errorf("shard: read overrides version: %w", err)
 	}
-	return v, nil
+	return v, true, nil
 }
 
 // overrides returns every per-device threshold.
@@ -148,12 +149,15 @@ func (t *Thresholds) Max() time.Duration {
 // written the same version number over other data).
 func (t *Thresholds) Reload(ctx context.Context) error {
 	gen := t.store.Generation()
-	v, err := t.store.overridesVersion(ctx)
+	v, found, err := t.store.overridesVersion(ctx)
 	if err != nil {
 		return err
 	}
 	t.mu.RLock()
-	same := v == t.version && gen == t.gen
+	// A version gone under the same generation is Redis without its data:
+	// what was loaded stays in force until a restore writes it back, so
+	// that signals stored meanwhile are stamped with it.
+	same := v == t.version && gen == t.gen || !found && t.version > 0 && gen == t.gen
 	t.mu.RUnlock()
 	if same {
 		return nil

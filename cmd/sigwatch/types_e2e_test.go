@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/sigwatch/sigwatch/api"
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/internal/testenv"
 )
@@ -207,6 +210,73 @@ func TestLoweredTypeThresholdFiresSilentDevice(t *testing.T) {
 		t.Errorf("%s fired %v after the change to 1s, want within about 1s, not after the old 20s", quiet, fired.Sub(changed))
 	}
 	time.Sleep(1500 * time.Millisecond)
+	if n := l.Len(); n != 1 {
+		t.Errorf("got %d lost events, want 1 (%s alone): %+v", n, quiet, l.Bodies(nil))
+	}
+}
+
+// TestTypeThresholdSurvivesRedisRestartedEmpty: a type's thresholds set
+// through `sigwatch type set` are kept in the durable registry; after
+// Redis is killed and started again empty they are in force again, said
+// to be set at run time, and a device of the type that falls silent after
+// the restore is lost by the set threshold (2s), not the config file's
+// (20s); the live devices of the type are not lost.
+func TestTypeThresholdSurvivesRedisRestartedEmpty(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
+	addr := freeAddr(t)
+	startProc(t, env, "sigwatch", "SIGWATCH_HTTP_ADDR="+addr, "SIGWATCH_THRESHOLDS_DEFAULT=1h",
+		"SIGWATCH_THRESHOLDS_TYPES=meter=20s", "SIGWATCH_THRESHOLDS_CONFIRM_AFTER=meter=1m",
+		"SIGWATCH_MQTT_TOPICS=devices/+/+/signal", "SIGWATCH_MQTT_ID_LEVEL=2", "SIGWATCH_MQTT_TYPE_LEVEL=1")
+	waitHTTP(t, addr, "/readyz", 30*time.Second)
+	l := watchLost(t, env)
+	system := testenv.RecordStream[dispatch.System](t, env.Conn(t), "SIGWATCH", "sigwatch.system")
+	f := startTypedFleet(t, env.Mosquitto.URL, "meter", 20, 100*time.Millisecond)
+	testenv.WaitFor(t, 20*time.Second, "the fleet watched", func() bool {
+		code, body := apiCall(t, http.MethodGet, addr, "/v1/devices?type=meter&state=watched", "", nil)
+		return code == http.StatusOK && strings.Count(body, `"device"`) == len(f.ids)
+	})
+	if out, err := runCLI(t, addr, "type", "set", "meter", "--threshold", "2s", "--confirm-after", "5s"); err != nil ||
+		!strings.Contains(out, "2s") || !strings.Contains(out, "set at run time") {
+		t.Fatalf("sigwatch type set: %v\n%s", err, out)
+	}
+
+	if err := env.Redis.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if err := env.Redis.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	system.Wait(t, 60*time.Second, "redis_restored", func(s dispatch.System) bool { return s.Kind == "redis_restored" })
+	waitHTTP(t, addr, "/readyz", 30*time.Second)
+
+	code, body := apiCall(t, http.MethodGet, addr, "/v1/types/meter", "", nil)
+	var v api.Type
+	if err := json.Unmarshal([]byte(body), &v); code != http.StatusOK || err != nil {
+		t.Fatalf("GET /v1/types/meter after the restore: %d %s", code, body)
+	}
+	if v.ThresholdMS != 2000 || v.ThresholdFrom != "runtime" || v.ConfirmAfterMS != 5000 || v.ConfirmAfterFrom != "runtime" {
+		t.Errorf("meter after the restore: %+v, want threshold 2s and confirm_after 5s, both from runtime", v)
+	}
+	if out, err := runCLI(t, addr, "type", "ls"); err != nil || !strings.Contains(out, "meter") || !strings.Contains(out, "runtime") {
+		t.Errorf("sigwatch type ls after the restore: %v\n%s", err, out)
+	}
+
+	// The restore re-armed every device a full threshold after the
+	// outage: a silence from now on is judged by the set 2s.
+	time.Sleep(3 * time.Second)
+	quiet := f.ids[3]
+	last := f.silence(quiet)
+	ev := l.Wait(t, 10*time.Second, quiet+" lost", func(b dispatch.Lost) bool { return b.Device == quiet })
+	fired := time.UnixMilli(ev.Body.FiredAt)
+	t.Logf("lost %v after its last signal", fired.Sub(last))
+	if ev.Body.Deadline < last.Add(2*time.Second).UnixMilli() {
+		t.Errorf("%s lost at deadline %d, before its last signal (%d) + 2s", quiet, ev.Body.Deadline, last.UnixMilli())
+	}
+	if fired.Sub(last) > 5*time.Second {
+		t.Errorf("%s lost %v after its last signal, want about the set 2s, not the config file's 20s", quiet, fired.Sub(last))
+	}
+	time.Sleep(time.Second)
 	if n := l.Len(); n != 1 {
 		t.Errorf("got %d lost events, want 1 (%s alone): %+v", n, quiet, l.Bodies(nil))
 	}
