@@ -248,7 +248,7 @@ func (d *Devices) SetThreshold(ctx context.Context, id string, threshold time.Du
 	if typ != "" {
 		// A change of the type's thresholds moves the devices without an
 		// override: this change must not interleave with it.
-		unlockType, err := d.lockType(ctx, typ)
+		unlockType, err := d.lockType(ctx, typ, nil)
 		if err != nil {
 			return DeviceView{Device: id}, err
 		}

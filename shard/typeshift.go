@@ -29,11 +29,19 @@ import (
 // devices (SetThreshold). It returns what is now in force and how many
 // deadlines moved.
 func (d *Devices) SetType(ctx context.Context, typ string, change func(TypeSetting) TypeSetting, durable func(TypeSetting) error) (TypeView, int, error) {
-	unlock, err := d.lockType(ctx, typ)
+	// A change once begun is carried to its end even when its caller gives
+	// up (an HTTP request's deadline): stopping between the moves and the
+	// write of the setting would leave deadlines moved for a threshold not
+	// in force. It stops only if its lock may have lapsed, so that two
+	// changes never move deadlines at once.
+	work, cancel := context.WithTimeout(context.WithoutCancel(ctx), typeChangeTimeout)
+	defer cancel()
+	unlock, err := d.lockType(ctx, typ, cancel)
 	if err != nil {
 		return TypeView{Type: typ}, 0, err
 	}
 	defer unlock()
+	ctx = work
 	if err := d.thr.Reload(ctx); err != nil {
 		return TypeView{Type: typ}, 0, err
 	}
@@ -61,6 +69,10 @@ func (d *Devices) SetType(ctx context.Context, typ string, change func(TypeSetti
 	}
 	return d.thr.Type(typ), moved, nil
 }
+
+// typeChangeTimeout bounds a type's change once begun: moving about
+// 100,000 deadlines took 0.8 s.
+const typeChangeTimeout = 5 * time.Minute
 
 // typePage is how many registry partitions one round trip searches for a
 // type's devices; typeBatch how many devices one script moves.
@@ -282,8 +294,9 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[
 return 0`)
 
 // lockType takes typ's lock, waiting for another holder, keeps it while
-// held, and returns its release.
-func (d *Devices) lockType(ctx context.Context, typ string) (func(), error) {
+// held, and returns its release. lost (nil: none) is called once if the
+// lock may have lapsed while held: it could not be renewed in time.
+func (d *Devices) lockType(ctx context.Context, typ string, lost func()) (func(), error) {
 	key, token := d.store.k.TypeLock(typ), rand.Text()
 	give := time.Now().Add(typeLockWait)
 	for {
@@ -309,14 +322,23 @@ func (d *Devices) lockType(ctx context.Context, typ string) (func(), error) {
 		defer close(stopped)
 		tick := time.NewTicker(typeLockTTL / 5)
 		defer tick.Stop()
+		kept := time.Now()
 		for {
 			select {
 			case <-stop:
 				return
 			case <-tick.C:
+				at := time.Now()
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-				_ = keepLockScript.exec(rctx, d.store.c, []string{key}, []string{token, strconv.FormatInt(typeLockTTL.Milliseconds(), 10)}).Error()
+				n, err := keepLockScript.exec(rctx, d.store.c, []string{key}, []string{token, strconv.FormatInt(typeLockTTL.Milliseconds(), 10)}).AsInt64()
 				cancel()
+				if err == nil && n == 1 {
+					kept = at
+				}
+				if lost != nil && (err == nil && n == 0 || time.Since(kept) > typeLockTTL*3/5) {
+					lost()
+					lost = nil
+				}
 			}
 		}
 	}()
