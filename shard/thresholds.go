@@ -62,7 +62,10 @@ type Thresholds struct {
 	// MaxDeclared bounds the deadlines devices declare (0: DefaultThresholdsConfig's).
 	MaxDeclared time.Duration
 
-	store     *Store
+	store *Store
+	// reload serialises Reload: a reload that read an older version must
+	// not store it over a newer one.
+	reload    sync.Mutex
 	mu        sync.RWMutex
 	overrides map[string]time.Duration
 	types     map[string]TypeSetting // set at run time (typesettings.go)
@@ -148,6 +151,8 @@ func (t *Thresholds) Max() time.Duration {
 // changed, or the generation of Redis's data did (a restore may have
 // written the same version number over other data).
 func (t *Thresholds) Reload(ctx context.Context) error {
+	t.reload.Lock()
+	defer t.reload.Unlock()
 	gen := t.store.Generation()
 	v, found, err := t.store.overridesVersion(ctx)
 	if err != nil {

@@ -31,6 +31,15 @@ type typedFleet struct {
 	mu     sync.Mutex
 	silent map[string]bool
 	last   map[string]time.Time // send time of the last acknowledged signal
+	gap    time.Duration        // the longest between two acknowledged signals of a live device
+}
+
+// longestGap returns the longest time between two acknowledged signals of
+// one live device so far: a threshold shorter than it may fire rightly.
+func (f *typedFleet) longestGap() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gap
 }
 
 func startTypedFleet(t *testing.T, broker, typ string, n int, period time.Duration) *typedFleet {
@@ -65,6 +74,9 @@ func startTypedFleet(t *testing.T, broker, typ string, n int, period time.Durati
 			for j, tok := range toks {
 				if tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
 					f.mu.Lock()
+					if prev, ok := f.last[live[j]]; ok {
+						f.gap = max(f.gap, sent[j].Sub(prev))
+					}
 					f.last[live[j]] = sent[j]
 					f.mu.Unlock()
 				}
@@ -104,16 +116,18 @@ func putType(t *testing.T, app *App, typ string, body map[string]string) map[str
 
 // TestTypeThresholdFlipNoLost proves invariants 1 and 2 for a type's
 // threshold changed at run time: 200 devices of the type signalling every
-// 100 ms while two writers flip its threshold between 1s and 3s for 8s are
+// 100 ms while two writers flip its threshold between 2s and 4s for 8s are
 // never lost; then one of them falls silent and the type's threshold is
-// lowered to 1s: it is lost once, no sooner than 1s after its last signal
-// and after the change, and soon after that, and no other device is.
+// lowered to 2s: it is lost once, no sooner than 2s after its last signal
+// and after the change, and soon after that, and no other device is. (A
+// loaded machine has delayed the fleet's signals by up to 0.9s: 2s keeps
+// a margin.)
 func TestTypeThresholdFlipNoLost(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
 	app := startApp(t, env, func(c *Config) {
 		typedConfig(c)
 		c.Thresholds.Default = time.Hour
-		c.Thresholds.Types = map[string]time.Duration{"meter": 2 * time.Second}
+		c.Thresholds.Types = map[string]time.Duration{"meter": 3 * time.Second}
 	})
 	waitReady(t, app)
 	l := watchLost(t, env)
@@ -132,7 +146,7 @@ func TestTypeThresholdFlipNoLost(t *testing.T) {
 					return
 				default:
 				}
-				code, out := call(t, app, "PUT", "/v1/types/meter", "t0ken", map[string]string{"threshold": []string{"1s", "3s"}[k%2]})
+				code, out := call(t, app, "PUT", "/v1/types/meter", "t0ken", map[string]string{"threshold": []string{"2s", "4s"}[k%2]})
 				mu.Lock()
 				flips++
 				if code != http.StatusOK {
@@ -147,29 +161,30 @@ func TestTypeThresholdFlipNoLost(t *testing.T) {
 	time.Sleep(8 * time.Second)
 	close(stop)
 	wg.Wait()
-	t.Logf("%d flips of the type's threshold, %d refused", flips, failed)
+	t.Logf("%d flips of the type's threshold, %d refused; the longest gap between two signals of a device: %v", flips, failed, f.longestGap())
 	if failed > 0 {
 		t.Errorf("got %d refused changes, want 0", failed)
 	}
 	if n := l.Len(); n > 0 {
-		t.Fatalf("got %d lost events for devices signalling every 100ms while their type's threshold flipped, want 0 (first: %+v)", n, l.Bodies(nil)[0])
+		t.Fatalf("got %d lost events for devices signalling every 100ms (the longest gap %v) while their type's threshold flipped, want 0 (first: %+v)",
+			n, f.longestGap(), l.Bodies(nil)[0])
 	}
 
-	putType(t, app, "meter", map[string]string{"threshold": "3s"})
+	putType(t, app, "meter", map[string]string{"threshold": "4s"})
 	quiet := f.ids[0]
 	last := f.silence(quiet)
 	changed := time.Now()
-	putType(t, app, "meter", map[string]string{"threshold": "1s"})
+	putType(t, app, "meter", map[string]string{"threshold": "2s"})
 	ev := l.Wait(t, 10*time.Second, quiet+" lost", func(b dispatch.Lost) bool { return b.Device == quiet })
 	fired := time.UnixMilli(ev.Body.FiredAt)
-	if earliest := last.Add(time.Second); time.UnixMilli(ev.Body.Deadline).Before(earliest) || fired.Before(earliest) {
-		t.Errorf("%s lost at deadline %d, fired %d: before its last signal (%d) + 1s", quiet, ev.Body.Deadline, ev.Body.FiredAt, last.UnixMilli())
+	if earliest := last.Add(2 * time.Second); time.UnixMilli(ev.Body.Deadline).Before(earliest) || fired.Before(earliest) {
+		t.Errorf("%s lost at deadline %d, fired %d: before its last signal (%d) + 2s", quiet, ev.Body.Deadline, ev.Body.FiredAt, last.UnixMilli())
 	}
-	if fired.Before(changed.Add(time.Second)) {
-		t.Errorf("%s fired %v after the lowering, want no sooner than the new 1s", quiet, fired.Sub(changed))
+	if fired.Before(changed.Add(2 * time.Second)) {
+		t.Errorf("%s fired %v after the lowering, want no sooner than the new 2s", quiet, fired.Sub(changed))
 	}
-	if late := fired.Sub(changed); late > 3*time.Second {
-		t.Errorf("%s fired %v after the lowering to 1s, want within about 1s", quiet, late)
+	if late := fired.Sub(changed); late > 4*time.Second {
+		t.Errorf("%s fired %v after the lowering to 2s, want within about 2s, not after the old 4s", quiet, late)
 	}
 	time.Sleep(2 * time.Second)
 	if n := l.Len(); n != 1 {
