@@ -17,6 +17,8 @@
 //   - deadline.go: every /v1 request answered in time: 503 naming Redis
 //     or NATS while it is down, or after http.request_timeout.
 //   - devices.go: one device: get, remove, threshold, group (Device).
+//   - types.go: a device type's thresholds set at run time, with the
+//     durable registry (Type, TypeList).
 //   - signals.go: POST /v1/signals (Signal).
 //   - lists.go: pages of devices and alarms (DeviceList, AlarmList).
 //   - alarms.go: acks and mutes, and the end of an ack or a mute.

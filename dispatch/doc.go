@@ -36,6 +36,8 @@
 //     losses a restore reads (Losses).
 //   - registry_storm.go: the storm records of the registry (a storm's
 //     state and its scope alarm's, by a hash of the scope).
+//   - registry_types.go: the thresholds set at run time per device type
+//     (by a hash of the type).
 //   - timers.go: the timer event, the work-queue stream of resets and its
 //     durable consumer, and the reset requests (ServeTimerResets), taken
 //     in batches.

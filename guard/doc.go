@@ -34,6 +34,8 @@
 //   - restore.go: the restore of Redis from the durable registry;
 //     restore_alarms.go: its last step, the storms and alarm states put
 //     back, and the restore lock kept while it runs.
+//   - restore_types.go: the thresholds set per device type at run time,
+//     put back before the devices.
 //   - timers.go: the restore of the generic timers from their journal.
 //   - metrics.go: the guard's metrics.
 package guard

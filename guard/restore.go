@@ -24,8 +24,8 @@ type restored struct {
 // restore rebuilds Redis from the registry under the restore lock held
 // with token. since is when the data was last known whole (0: unknown).
 //
-// Order matters: the topology first (never below one seen), then every
-// device (re-armed, or lost as before), then the outage that gives the
+// Order matters: the topology first (never below one seen), then the
+// thresholds set per type at run time, then every device (re-armed, or lost as before), then the outage that gives the
 // re-armed a full threshold from its end, then the vetting that lets
 // shards be claimed again, then the alarms (their timers are written
 // under the new generation), and last the generation record, which tells
@@ -94,6 +94,9 @@ func (g *Guard) restore(ctx context.Context, why string, since int64, token stri
 	var alarms [][2]string
 	var lost []dispatch.DeviceRecord
 	if g.o.Registry != nil {
+		if err := g.restoreTypes(ctx, un); err != nil {
+			return err
+		}
 		// The stream's recent losses and recoveries come first: the
 		// registry catches up with them in the background.
 		hist, err := history(ctx, g.o.Pub, keep)

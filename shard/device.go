@@ -224,8 +224,9 @@ func (d *Devices) Remove(ctx context.Context, id string) (removed bool, err erro
 // written after. A signal stamped under the old threshold that lands after
 // the move can only push the deadline later (GT), never earlier. Changes of
 // one device are serialised, in this process and across processes (a lock
-// in Redis held for at most thresholdLockTTL), so that each moves the
-// deadline by the change from the threshold it replaced.
+// in Redis held for at most thresholdLockTTL), and against changes of the
+// device's type (SetType), so that each moves the deadline by the change
+// from the threshold it replaced.
 func (d *Devices) SetThreshold(ctx context.Context, id string, threshold time.Duration) (DeviceView, error) {
 	mu := &d.locks[Hash(id)%uint64(len(d.locks))]
 	mu.Lock()
@@ -244,6 +245,18 @@ func (d *Devices) SetThreshold(ctx context.Context, id string, threshold time.Du
 		return DeviceView{Device: id}, err
 	}
 	typ := ds[0].Type
+	if typ != "" {
+		// A change of the type's thresholds moves the devices without an
+		// override: this change must not interleave with it.
+		unlockType, err := d.lockType(ctx, typ, nil)
+		if err != nil {
+			return DeviceView{Device: id}, err
+		}
+		defer unlockType()
+		if err := d.thr.Reload(ctx); err != nil {
+			return DeviceView{Device: id}, err
+		}
+	}
 	old := d.thr.For(id, typ)
 	next := threshold
 	if next <= 0 {

@@ -48,6 +48,10 @@
 //	               scores) and of a lost mark that counts
 //	groups.go      device groups and each group's membership
 //	thresholds.go  per-device threshold overrides and Thresholds
+//	typesettings.go a type's thresholds set at run time, stored beside
+//	               the overrides, and what is in force for a type
+//	typeshift.go   SetType: a type's change applied to its watched
+//	               devices, found in the registry, moved in batches
 //	device.go      one device in every shard that may hold it: Get, and
 //	               Remove and SetThreshold fenced by topology
 //	declare.go     offline reports lowering deadlines (Lower) and the

@@ -139,6 +139,14 @@ func (k Keys) Overrides() string { return k.meta("overrides") }
 // OverridesVersion changes whenever Overrides does, so caches reload cheaply.
 func (k Keys) OverridesVersion() string { return k.meta("overrides:v") }
 
+// TypeSettings is the HASH of the thresholds set at run time per device
+// type (see typesettings.go); OverridesVersion changes with it too.
+func (k Keys) TypeSettings() string { return k.meta("typethr") }
+
+// TypeLock is the STRING that serialises the threshold changes of device
+// type typ across processes (value = the holder's token, PX ttl).
+func (k Keys) TypeLock(typ string) string { return k.meta("typelock:" + typ) }
+
 // Part is the registry partition of id. Per-device state (registry, lost
 // marks, alarm state) lives in keys tagged by it, independent of the shard
 // count.
@@ -207,6 +215,7 @@ var leaves = []leaf{
 	{"meta", "overrides:v", "shard"}, {"meta", "types", "shard"}, {"meta", "reports", "stats"},
 	{"meta", "mutes", "alarm"}, {"meta", "storms", "alarm"}, {"meta", "open:built", "alarm"},
 	{"meta", "mqtt:", "ingest"}, {"meta", "held", "alarm"},
+	{"meta", "typethr", "shard"}, {"meta", "typelock:", "shard"},
 
 	{"r", "reg", "shard"}, {"r", "reg:", "shard"}, {"r", "grp:", "shard"}, {"r", "lost", "shard"},
 	{"r", "thrlock:", "shard"}, {"r", "tf", "shard"}, {"r", "decl", "shard"},

@@ -29,16 +29,17 @@ func (s *Store) SetOverride(ctx context.Context, id string, threshold time.Durat
 	return nil
 }
 
-// overridesVersion returns a number that changes whenever overrides do.
-func (s *Store) overridesVersion(ctx context.Context) (int64, error) {
-	v, err := s.c.Do(ctx, s.c.B().Get().Key(s.k.OverridesVersion()).Build()).AsInt64()
+// overridesVersion returns a number that changes whenever overrides or
+// run-time type settings do; found is false when Redis has none.
+func (s *Store) overridesVersion(ctx context.Context) (v int64, found bool, err error) {
+	v, err = s.c.Do(ctx, s.c.B().Get().Key(s.k.OverridesVersion()).Build()).AsInt64()
 	if rueidis.IsRedisNil(err) {
-		return 0, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("shard: read overrides version: %w", err)
+		return 0, false, fmt.Errorf("shard: read overrides version: %w", err)
 	}
-	return v, nil
+	return v, true, nil
 }
 
 // overrides returns every per-device threshold.
@@ -50,8 +51,9 @@ func (s *Store) overrides(ctx context.Context) (map[string]time.Duration, error)
 }
 
 // Thresholds decides how long a device may stay silent: a per-device
-// override if one is set, else the threshold of its type, else the default.
-// Overrides are cached and reloaded when their version in Redis changes.
+// override if one is set, else the threshold of its type (set at run time,
+// else configured), else the default. Overrides and run-time type settings
+// are cached and reloaded when their version in Redis changes.
 type Thresholds struct {
 	Default time.Duration
 	ByType  map[string]time.Duration
@@ -64,11 +66,16 @@ type Thresholds struct {
 	// re-arms them so, not under a threshold they never keep.
 	UntilNotice map[string]bool
 
-	store     *Store
+	store *Store
+	// reload serialises Reload: a reload that read an older version must
+	// not store it over a newer one.
+	reload    sync.Mutex
 	mu        sync.RWMutex
 	overrides map[string]time.Duration
-	maxOver   time.Duration // the longest override
+	types     map[string]TypeSetting // set at run time (typesettings.go)
+	maxOver   time.Duration          // the longest override or run-time type threshold
 	version   int64
+	gen       string // the generation the version was read under
 }
 
 // NewThresholds returns thresholds backed by store's overrides.
@@ -80,17 +87,28 @@ func NewThresholds(store *Store, def time.Duration, byType map[string]time.Durat
 func (t *Thresholds) For(id, typ string) time.Duration {
 	t.mu.RLock()
 	d, ok := t.overrides[id]
+	set := t.types[typ]
 	t.mu.RUnlock()
 	if ok {
 		return d
 	}
-	return t.base(typ)
+	if set.Threshold > 0 {
+		return set.Threshold
+	}
+	return t.configured(typ)
 }
 
 // ConfirmAfter returns how long an offline report of a device of type typ
-// waits before the device is declared lost: its type's, else the one of
-// the key "default".
+// waits before the device is declared lost: one set at run time, else
+// the configured one of its type, else the configured one of the key
+// "default".
 func (t *Thresholds) ConfirmAfter(typ string) time.Duration {
+	t.mu.RLock()
+	set, ok := t.types[typ]
+	t.mu.RUnlock()
+	if ok && set.ConfirmSet {
+		return set.Confirm
+	}
 	if d, ok := t.Confirm[typ]; ok {
 		return d
 	}
@@ -117,6 +135,17 @@ func (t *Thresholds) Declared() time.Duration {
 
 // base returns the threshold of a device of type typ without an override.
 func (t *Thresholds) base(typ string) time.Duration {
+	t.mu.RLock()
+	set, ok := t.types[typ]
+	t.mu.RUnlock()
+	if ok && set.Threshold > 0 {
+		return set.Threshold
+	}
+	return t.configured(typ)
+}
+
+// configured returns the threshold the configuration gives type typ.
+func (t *Thresholds) configured(typ string) time.Duration {
 	if d, ok := t.ByType[typ]; ok {
 		return d
 	}
@@ -124,7 +153,7 @@ func (t *Thresholds) base(typ string) time.Duration {
 }
 
 // Max returns the longest threshold in force: the default, a type's, or an
-// override as last loaded.
+// override or run-time type threshold as last loaded.
 func (t *Thresholds) Max() time.Duration {
 	t.mu.RLock()
 	m := t.maxOver
@@ -136,14 +165,22 @@ func (t *Thresholds) Max() time.Duration {
 	return m
 }
 
-// Reload reads the overrides if their version changed.
+// Reload reads the overrides and run-time type settings if their version
+// changed, or the generation of Redis's data did (a restore may have
+// written the same version number over other data).
 func (t *Thresholds) Reload(ctx context.Context) error {
-	v, err := t.store.overridesVersion(ctx)
+	t.reload.Lock()
+	defer t.reload.Unlock()
+	gen := t.store.Generation()
+	v, found, err := t.store.overridesVersion(ctx)
 	if err != nil {
 		return err
 	}
 	t.mu.RLock()
-	same := v == t.version
+	// A version gone under the same generation is Redis without its data:
+	// what was loaded stays in force until a restore writes it back, so
+	// that signals stored meanwhile are stamped with it.
+	same := v == t.version && gen == t.gen || !found && t.version > 0 && gen == t.gen
 	t.mu.RUnlock()
 	if same {
 		return nil
@@ -152,14 +189,30 @@ func (t *Thresholds) Reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	types, err := t.store.typeSettings(ctx)
+	if err != nil {
+		return err
+	}
 	var longest time.Duration
 	for _, d := range m {
 		longest = max(longest, d)
 	}
+	for _, set := range types {
+		longest = max(longest, set.Threshold)
+	}
 	t.mu.Lock()
-	t.overrides, t.maxOver, t.version = m, longest, v
+	t.overrides, t.types, t.maxOver, t.version, t.gen = m, types, longest, v, gen
 	t.mu.Unlock()
 	return nil
+}
+
+// Refresh reloads whatever the version says: after a restore wrote the
+// settings back.
+func (t *Thresholds) Refresh(ctx context.Context) error {
+	t.mu.Lock()
+	t.version = -1
+	t.mu.Unlock()
+	return t.Reload(ctx)
 }
 
 // Run reloads every interval until ctx is done.

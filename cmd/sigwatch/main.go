@@ -28,6 +28,7 @@ commands:
              [--device ID] [--since 10m | --last N] [--json]
   device     get|rm|threshold|group|ack <id>: one device; ls [--state lost|watched]: pages of devices
   alarm      ls [--state active|acked|muted|flapping|held]: the open alarms
+  type       ls | get|rm <type> | set <type> [--threshold D] [--confirm-after D]: a device type's thresholds
   mute       add|ls|rm: mute the alarms of a device or a type for a while
   storm      ls | ack <group>|--fleet: group and fleet storms and their alarms
   timer      get|set|rm <queue> <id>: one generic timer
@@ -37,7 +38,7 @@ commands:
   healthcheck [URL]: exit 0 when URL (default http://127.0.0.1:8080/readyz) answers 200
   version    print the version
 
-events, device, alarm, mute, storm, timer, stats and shards talk to a running
+events, device, type, alarm, mute, storm, timer, stats and shards talk to a running
 sigwatch's HTTP API: --api URL (env SIGWATCH_API, default http://127.0.0.1:8080),
 --token (env SIGWATCH_HTTP_TOKEN), --timeout (env SIGWATCH_TIMEOUT, default 15s);
 they print tables with local times, or the API's JSON with --json.
@@ -47,7 +48,7 @@ e.g. SIGWATCH_REDIS_ADDRS, SIGWATCH_NATS_URL, SIGWATCH_MQTT_BROKERS.
 `
 
 // commands are the verbs of usage, for the "did you mean" of a typo.
-var commands = []string{"run", "demo", "dev", "simulate", "events", "device", "alarm", "mute", "storm",
+var commands = []string{"run", "demo", "dev", "simulate", "events", "device", "type", "alarm", "mute", "storm",
 	"timer", "stats", "shards", "config", "healthcheck", "version", "help"}
 
 // flagError is a verb's flags refused by its FlagSet, which printed
@@ -106,6 +107,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdEvents(ctx, args[1:], stdout, stderr)
 	case "device":
 		err = cmdDevice(ctx, args[1:], stdout)
+	case "type":
+		err = cmdType(ctx, args[1:], stdout)
 	case "mute":
 		err = cmdMute(ctx, args[1:], stdout)
 	case "stats":
