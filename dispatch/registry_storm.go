@@ -62,20 +62,26 @@ func (r *Registry) UpdateStorm(ctx context.Context, scope string, fn func(rec *S
 // Storms returns every storm record. There is one per scope that ever had
 // a storm: few, read one by one.
 func (r *Registry) Storms(ctx context.Context) ([]StormRecord, error) {
-	l, err := r.kv.ListKeysFiltered(ctx, "s.>")
+	return listRecords[StormRecord](ctx, r, "s.>", "storms")
+}
+
+// listRecords reads every record under the keys of filter, one by one: for
+// the kinds of record there are few of. what names them in errors.
+func listRecords[T any](ctx context.Context, r *Registry, filter, what string) ([]T, error) {
+	l, err := r.kv.ListKeysFiltered(ctx, filter)
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("dispatch: registry storms: %w", err)
+		return nil, fmt.Errorf("dispatch: registry %s: %w", what, err)
 	}
 	defer func() { _ = l.Stop() }()
-	var out []StormRecord
+	var out []T
 	for key := range l.Keys() {
-		var rec StormRecord
+		var rec T
 		rev, err := r.get(ctx, key, &rec)
 		if err != nil {
-			return nil, fmt.Errorf("dispatch: registry storms: %w", err)
+			return nil, fmt.Errorf("dispatch: registry %s: %w", what, err)
 		}
 		if rev != 0 {
 			out = append(out, rec)

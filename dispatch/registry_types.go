@@ -67,24 +67,5 @@ func (r *Registry) PutType(ctx context.Context, rec TypeRecord) error {
 // Types returns every type record. There is one per type with a setting:
 // few, read one by one.
 func (r *Registry) Types(ctx context.Context) ([]TypeRecord, error) {
-	l, err := r.kv.ListKeysFiltered(ctx, "t.>")
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("dispatch: registry types: %w", err)
-	}
-	defer func() { _ = l.Stop() }()
-	var out []TypeRecord
-	for key := range l.Keys() {
-		var rec TypeRecord
-		rev, err := r.get(ctx, key, &rec)
-		if err != nil {
-			return nil, fmt.Errorf("dispatch: registry types: %w", err)
-		}
-		if rev != 0 {
-			out = append(out, rec)
-		}
-	}
-	return out, nil
+	return listRecords[TypeRecord](ctx, r, "t.>", "types")
 }
