@@ -102,10 +102,15 @@ func TestTimersInterleavedWithDoublings(t *testing.T) {
 		writeFor = 6 * time.Second
 	)
 	start := time.Now()
-	fireFrom := start.Add(writeFor + time.Second).UnixMilli()
+	// Every write must be acknowledged before the first timer falls due:
+	// a write racing its timer's fire could leave two events. A write
+	// takes milliseconds, but a loaded machine (race detector, other test
+	// binaries) stalls this process for a second at times: 3s of margin.
+	fireFrom := start.Add(writeFor + 3*time.Second).UnixMilli()
 	fireSpan := int64(5000)
 	models := make([]model, timers)
-	var mu sync.Mutex // guards models
+	var mu sync.Mutex // guards models and lastAck
+	var lastAck int64 // unix ms of the latest acknowledgement
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	for w := range workers {
@@ -148,6 +153,7 @@ func TestTimersInterleavedWithDoublings(t *testing.T) {
 				}
 				mu.Lock()
 				models[j] = models[j].apply(op)
+				lastAck = max(lastAck, time.Now().UnixMilli())
 				mu.Unlock()
 			}
 		})
@@ -171,6 +177,11 @@ func TestTimersInterleavedWithDoublings(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+	if margin := fireFrom - lastAck; margin <= 0 {
+		t.Fatalf("the last write was acknowledged %dms after the first timer could fall due: the writes did not end before the fires", -margin)
+	} else {
+		t.Logf("the last write was acknowledged %dms before the first timer could fall due", margin)
 	}
 	if top, _ := h.store.Topology(ctx); !top.Draining() || staleTopo.Current().Shards != 8 {
 		t.Fatalf("topology %+v, b on %d shards: want the doubling to 16 draining, b on 8", top, staleTopo.Current().Shards)
