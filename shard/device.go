@@ -298,27 +298,35 @@ var unlockScript = NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`)
 
+// acquire takes the lock key for token with ttl, waiting up to wait for
+// another holder; what names what the lock guards, in errors.
+func (s *Store) acquire(ctx context.Context, key, token string, ttl, wait time.Duration, what string) error {
+	give := time.Now().Add(wait)
+	for {
+		err := s.c.Do(ctx, s.c.B().Set().Key(key).Value(token).Nx().Px(ttl).Build()).Error()
+		if err == nil {
+			return nil
+		}
+		if !rueidis.IsRedisNil(err) {
+			return fmt.Errorf("shard: lock %s: %w", what, err)
+		}
+		if time.Now().After(give) {
+			return fmt.Errorf("shard: another change of %s is under way; try again", what)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // lockThreshold takes id's threshold lock, waiting for another holder, and
 // returns its release.
 func (d *Devices) lockThreshold(ctx context.Context, id string) (func(), error) {
 	key, token := d.store.k.ThresholdLock(id), rand.Text()
-	give := time.Now().Add(thresholdLockTTL)
-	for {
-		err := d.store.c.Do(ctx, d.store.c.B().Set().Key(key).Value(token).Nx().Px(thresholdLockTTL).Build()).Error()
-		if err == nil {
-			break
-		}
-		if !rueidis.IsRedisNil(err) {
-			return nil, fmt.Errorf("shard: lock threshold of %q: %w", id, err)
-		}
-		if time.Now().After(give) {
-			return nil, fmt.Errorf("shard: another change of the threshold of %q is under way; try again", id)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
+	if err := d.store.acquire(ctx, key, token, thresholdLockTTL, thresholdLockTTL, fmt.Sprintf("the threshold of %q", id)); err != nil {
+		return nil, err
 	}
 	return func() {
 		// Released with its own context: the request may be gone, the lock

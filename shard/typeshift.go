@@ -298,23 +298,8 @@ return 0`)
 // lock may have lapsed while held: it could not be renewed in time.
 func (d *Devices) lockType(ctx context.Context, typ string, lost func()) (func(), error) {
 	key, token := d.store.k.TypeLock(typ), rand.Text()
-	give := time.Now().Add(typeLockWait)
-	for {
-		err := d.store.c.Do(ctx, d.store.c.B().Set().Key(key).Value(token).Nx().Px(typeLockTTL).Build()).Error()
-		if err == nil {
-			break
-		}
-		if !rueidis.IsRedisNil(err) {
-			return nil, fmt.Errorf("shard: lock thresholds of type %q: %w", typ, err)
-		}
-		if time.Now().After(give) {
-			return nil, fmt.Errorf("shard: another change of the thresholds of type %q is under way; try again", typ)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
+	if err := d.store.acquire(ctx, key, token, typeLockTTL, typeLockWait, fmt.Sprintf("the thresholds of type %q", typ)); err != nil {
+		return nil, err
 	}
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	// The renewal is owned by the lock: the release stops it and waits.
