@@ -89,6 +89,8 @@ type source struct {
 	leaving atomic.Bool
 	// answers says whether the broker answers the probes (readiness).
 	answers answers
+	// rates caches Sparkplug nodes' scan rates (node -> nodeRate).
+	rates sync.Map
 }
 
 func newSource(opts *Options, pipe *pipeline, dead *deadLetters, br *breaks, log *slog.Logger) *source {

@@ -84,14 +84,16 @@ var ErrBirthWithoutBdSeq = &InvalidError{Reason: "bad_sparkplug_payload", Msg: "
 
 // nodeStateScript keeps the bdSeq of each edge node's current birth: a
 // birth records it, a death counts only if it carries it (Sparkplug 3.0:
-// a death of an earlier connection, or a second copy, changes nothing).
+// a death of an earlier connection, or a second copy, changes nothing). A
+// birth also records the node's scan rate (field "<node>#rate").
 //
 // KEYS[1]: the HASH of the node's registry partition (leaf spb)
-// ARGV[1]: node id; ARGV[2]: birth or death; ARGV[3]: bdSeq
+// ARGV[1]: node id; ARGV[2]: birth or death; ARGV[3]: bdSeq; ARGV[4]:
+// the scan rate, ms (0: none)
 // Returns: 1 if the message counts, else 0.
 var nodeStateScript = shard.NewScript(`
 if ARGV[2] == 'birth' then
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3], ARGV[1] .. '#rate', ARGV[4])
   return 1
 end
 if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[3] then
@@ -139,6 +141,20 @@ func (s *source) onSparkplug(m mqtt.Message, now, hi time.Time) {
 		typ = c.NodeType
 	}
 	periodic := slices.Contains(c.Periodic, typ)
+	// A node that says it scans every rate ms is periodic too: it and its
+	// devices are alive for three scans from each message.
+	var rate int64
+	if !periodic {
+		switch t.Kind {
+		case sparkplug.NBirth:
+			rate = info.ScanRate
+		case sparkplug.DBirth, sparkplug.NData, sparkplug.DData:
+			var ok bool
+			if rate, ok = s.nodeRate(node); !ok {
+				return // stopping: left unacked
+			}
+		}
+	}
 	// A redelivery brings no lost device back (see onMessage).
 	dup := m.Duplicate()
 	signalOf := func(id string) signal {
@@ -151,7 +167,11 @@ func (s *source) onSparkplug(m mqtt.Message, now, hi time.Time) {
 	}
 	arm := func(id string) signal {
 		sig := signalOf(id)
-		if !periodic {
+		switch {
+		case periodic:
+		case rate > 0:
+			s.pipe.declare(&sig, Declared{Set: true, Next: sig.at + scansAlive*rate})
+		default:
 			s.pipe.declare(&sig, Declared{Set: true, TTD: -1})
 		}
 		return sig
@@ -163,7 +183,7 @@ func (s *source) onSparkplug(m mqtt.Message, now, hi time.Time) {
 		if t.Kind == sparkplug.NDeath {
 			op = "death"
 		}
-		counts, ok := s.nodeState(node, op, info.BdSeq)
+		counts, ok := s.nodeState(node, op, info.BdSeq, info.ScanRate)
 		if !ok {
 			return // stopping: left unacked
 		}
@@ -195,8 +215,8 @@ func (s *source) onSparkplug(m mqtt.Message, now, hi time.Time) {
 		sig.lower, sig.own = shard.ReasonDeath, true
 		sigs = append(sigs, sig)
 	case sparkplug.NData, sparkplug.DData:
-		if periodic {
-			sigs = append(sigs, signalOf(id))
+		if periodic || rate > 0 {
+			sigs = append(sigs, arm(id))
 		}
 	}
 	if len(sigs) == 0 {
@@ -228,14 +248,55 @@ func (a *sharedAck) Ack() {
 
 // nodeState runs nodeStateScript for node, retrying until Redis answers;
 // ok is false if ingest stopped first.
-func (s *source) nodeState(node, op string, bdSeq int64) (counts, ok bool) {
+func (s *source) nodeState(node, op string, bdSeq, rate int64) (counts, ok bool) {
 	err := s.retryStore("record a Sparkplug node's birth or death", func(ctx context.Context) error {
 		n, err := s.pipe.store.Exec(ctx, nodeStateScript, []string{s.pipe.store.Keys().InPart(node, sparkplugLeaf)},
-			[]string{node, op, strconv.FormatInt(bdSeq, 10)}).AsInt64()
+			[]string{node, op, strconv.FormatInt(bdSeq, 10), strconv.FormatInt(rate, 10)}).AsInt64()
 		counts = n == 1
 		return err
 	})
+	if err == nil && counts && op == "birth" {
+		s.rates.Store(node, nodeRate{ms: rate, until: time.Now().Add(rateCacheFor)})
+	}
 	return counts, err == nil
+}
+
+// scansAlive is how many of its scans a periodic node and its devices stay
+// alive from each message.
+const scansAlive = 3
+
+// rateCacheFor is how long a node's scan rate is taken from the cache: a
+// birth seen by another process reaches this one within it.
+const rateCacheFor = 10 * time.Second
+
+// nodeRate is a cached scan rate.
+type nodeRate struct {
+	ms    int64
+	until time.Time
+}
+
+// nodeRate returns node's scan rate from its latest birth (0: it reports
+// by exception), retrying until Redis answers; ok is false if ingest
+// stopped first.
+func (s *source) nodeRate(node string) (rate int64, ok bool) {
+	if v, found := s.rates.Load(node); found && time.Now().Before(v.(nodeRate).until) {
+		return v.(nodeRate).ms, true
+	}
+	err := s.retryStore("read a Sparkplug node's scan rate", func(ctx context.Context) error {
+		reply := s.pipe.store.Do(ctx, "HGET", []string{s.pipe.store.Keys().InPart(node, sparkplugLeaf)}, node+"#rate")
+		if reply.IsNil() {
+			rate = 0
+			return nil
+		}
+		r, err := reply.AsInt64()
+		rate = r
+		return err
+	})
+	if err != nil {
+		return 0, false
+	}
+	s.rates.Store(node, nodeRate{ms: rate, until: time.Now().Add(rateCacheFor)})
+	return rate, true
 }
 
 // nodeMembers reads the devices of node's group, retrying until Redis

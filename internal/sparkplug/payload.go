@@ -10,13 +10,18 @@ import (
 // set as the same connection's will.
 const BdSeqMetric = "bdSeq"
 
+// ScanRateMetric is the node control metric by which an edge node says, in
+// its NBIRTH, that it publishes its data every so many milliseconds.
+const ScanRateMetric = "Node Control/Scan Rate"
+
 // Info is what liveness needs of a Sparkplug B payload.
 type Info struct {
 	Timestamp int64 // ms since the epoch at sending; 0 if absent
 	Seq       int64 // the message's seq; -1 if absent (an NDEATH has none)
 	BdSeq     int64 // the bdSeq metric's value, when HasBdSeq
 	HasBdSeq  bool
-	Metrics   int // how many metrics the payload carries
+	Metrics   int   // how many metrics the payload carries
+	ScanRate  int64 // the Node Control/Scan Rate metric, ms; 0 if absent or not a positive integer
 }
 
 // Decode reads a Sparkplug B payload. It refuses bytes that are not the
@@ -44,15 +49,20 @@ func Decode(b []byte) (Info, error) {
 		info.Seq = int64(*p.Seq)
 	}
 	for _, m := range p.Metrics {
-		if m.GetName() != BdSeqMetric {
-			continue
+		switch m.GetName() {
+		case BdSeqMetric:
+			v, ok := intValue(m)
+			if !ok {
+				return Info{}, ErrBadBdSeq
+			}
+			info.BdSeq, info.HasBdSeq = v, true
+		case ScanRateMetric:
+			// A scan rate that cannot be read says nothing: the node is
+			// then taken to report by exception.
+			if v, ok := intValue(m); ok {
+				info.ScanRate = v
+			}
 		}
-		v, ok := intValue(m)
-		if !ok {
-			return Info{}, ErrBadBdSeq
-		}
-		info.BdSeq, info.HasBdSeq = v, true
-		break
 	}
 	return info, nil
 }
@@ -105,6 +115,21 @@ func BirthPayload(bdSeq uint64, seq uint64, ts int64, metrics ...string) []byte 
 	p.Seq = proto.Uint64(seq)
 	p.Metrics = make([]*Payload_Metric, 0, 1+len(metrics))
 	p.Metrics = append(p.Metrics, bdSeqMetric(bdSeq, p.Timestamp))
+	p.Metrics = appendMetrics(p.Metrics, p.Timestamp, metrics)
+	return marshal(p)
+}
+
+// PeriodicBirthPayload is an NBIRTH whose node says it publishes its data
+// every scanRate ms (the Node Control/Scan Rate metric).
+func PeriodicBirthPayload(bdSeq uint64, seq uint64, ts, scanRate int64, metrics ...string) []byte {
+	p := payload(ts)
+	p.Seq = proto.Uint64(seq)
+	p.Metrics = []*Payload_Metric{bdSeqMetric(bdSeq, p.Timestamp), {
+		Name:      proto.String(ScanRateMetric),
+		Timestamp: p.Timestamp,
+		Datatype:  proto.Uint32(uint32(DataType_Int64)),
+		Value:     &Payload_Metric_LongValue{LongValue: uint64(max(scanRate, 0))},
+	}}
 	p.Metrics = appendMetrics(p.Metrics, p.Timestamp, metrics)
 	return marshal(p)
 }

@@ -88,6 +88,7 @@ func TestEncodersRoundTrip(t *testing.T) {
 	}{
 		{"NBIRTH", BirthPayload(3, 0, 1700000000000, "temp", "rpm"), Info{Timestamp: 1700000000000, Seq: 0, BdSeq: 3, HasBdSeq: true, Metrics: 3}},
 		{"DBIRTH", DeviceBirthPayload(1, 1700000000000, "temp"), Info{Timestamp: 1700000000000, Seq: 1, Metrics: 1}},
+		{"periodic NBIRTH", PeriodicBirthPayload(2, 0, 1700000000000, 5000, "temp"), Info{Timestamp: 1700000000000, Seq: 0, BdSeq: 2, HasBdSeq: true, Metrics: 3, ScanRate: 5000}},
 		{"NDEATH", DeathPayload(3, 1700000000000), Info{Timestamp: 1700000000000, Seq: -1, BdSeq: 3, HasBdSeq: true, Metrics: 1}},
 		{"DDATA", DataPayload(255, 1), Info{Timestamp: 1, Seq: 255}},
 		{"no timestamp", DataPayload(4, 0), Info{Seq: 4}},

@@ -31,6 +31,7 @@ type EdgeNode struct {
 	node      string
 	devices   []string
 	keepAlive time.Duration
+	scanRate  time.Duration // said in its NBIRTH when set
 
 	mu     sync.Mutex
 	client mqtt.Client
@@ -46,11 +47,19 @@ type EdgeNode struct {
 // disconnects when the test ends.
 func NewEdgeNode(t testing.TB, brokerURL, group, node string, devices []string, keepAlive time.Duration) *EdgeNode {
 	t.Helper()
+	return NewScanningEdgeNode(t, brokerURL, group, node, devices, keepAlive, 0)
+}
+
+// NewScanningEdgeNode is NewEdgeNode for a node that says in its NBIRTH
+// that it publishes its data every scanRate (Node Control/Scan Rate); 0:
+// it says nothing, and reports by exception.
+func NewScanningEdgeNode(t testing.TB, brokerURL, group, node string, devices []string, keepAlive, scanRate time.Duration) *EdgeNode {
+	t.Helper()
 	u, err := url.Parse(brokerURL)
 	if err != nil || (u.Scheme != "tcp" && u.Scheme != "mqtt") || u.Host == "" {
 		t.Fatalf("testenv: edge node: broker URL %q is not tcp://host:port", brokerURL)
 	}
-	n := &EdgeNode{t: t, broker: u.Host, group: group, node: node, devices: devices, keepAlive: keepAlive}
+	n := &EdgeNode{t: t, broker: u.Host, group: group, node: node, devices: devices, keepAlive: keepAlive, scanRate: scanRate}
 	n.Proxy = NewProxy(t, u.Host)
 	t.Cleanup(func() {
 		n.mu.Lock()
@@ -182,6 +191,9 @@ func (n *EdgeNode) connect() {
 	n.client = c
 	n.mu.Unlock()
 	n.publish(sparkplug.NBirth, "", func(seq uint64) []byte {
+		if n.scanRate > 0 {
+			return sparkplug.PeriodicBirthPayload(bdSeq, seq, unixMs(), n.scanRate.Milliseconds(), "value")
+		}
 		return sparkplug.BirthPayload(bdSeq, seq, unixMs(), "value")
 	})
 	for _, d := range n.devices {
