@@ -56,11 +56,7 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 	for j, e := range due {
 		ids[j] = e.ID
 	}
-	devs, err := h.store.Devices(ctx, ids)
-	if err != nil {
-		return nil, nil, fmt.Errorf("scanner: shard %d: %w", i, err)
-	}
-	decls, err := h.store.Declarations(ctx, ids)
+	devs, decls, err := h.store.DevicesDeclared(ctx, ids)
 	if err != nil {
 		return nil, nil, fmt.Errorf("scanner: shard %d: %w", i, err)
 	}

@@ -75,31 +75,6 @@ func (s *Store) Record(ctx context.Context, ds []Declaration) error {
 	return nil
 }
 
-// Declarations reads the records of ids, one round trip; a device without
-// one (or with a corrupt one) gets a zero Declaration.
-func (s *Store) Declarations(ctx context.Context, ids []string) ([]Declaration, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	b := s.c.B()
-	cmds := make(rueidis.Commands, len(ids))
-	for j, id := range ids {
-		cmds[j] = b.Hget().Key(s.k.InPart(id, "decl")).Field(id).Build()
-	}
-	out := make([]Declaration, len(ids))
-	for j, r := range s.c.DoMulti(ctx, cmds...) {
-		v, err := r.ToString()
-		if rueidis.IsRedisNil(err) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("shard: read declared deadlines: %w", err)
-		}
-		out[j], _ = parseDeclaration(ids[j], v)
-	}
-	return out, nil
-}
-
 // ForgetDeclarations drops the records of ids whose deadline fired (best effort: a
 // record left behind is stale, and ignored).
 func (s *Store) ForgetDeclarations(ctx context.Context, ds []Declaration) {

@@ -63,7 +63,7 @@ func TestLowerFollowsTheReport(t *testing.T) {
 		t.Error("absent device was added")
 	}
 
-	ds, err := s.Declarations(ctx, []string{"quiet", "plug", "newer"})
+	_, ds, err := s.DevicesDeclared(ctx, []string{"quiet", "plug", "newer"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -258,35 +258,65 @@ func (s *Store) fields(ctx context.Context, ids []string, key func(id string) st
 // Devices reads the registry entries and lost marks of ids in one round
 // trip; a missing entry is the zero Device.
 func (s *Store) Devices(ctx context.Context, ids []string) ([]Device, error) {
+	devs, _, err := s.devices(ctx, ids, false)
+	return devs, err
+}
+
+// DevicesDeclared is Devices with the declarations of ids (see
+// Declaration), in the same round trip: what firing reads.
+func (s *Store) DevicesDeclared(ctx context.Context, ids []string) ([]Device, []Declaration, error) {
+	return s.devices(ctx, ids, true)
+}
+
+// devices reads the registry entries of ids, and their declarations with
+// decl, in one round trip.
+func (s *Store) devices(ctx context.Context, ids []string, decl bool) ([]Device, []Declaration, error) {
 	if len(ids) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	b := s.c.B()
-	cmds := make(rueidis.Commands, 0, 3*len(ids))
+	per := 3
+	if decl {
+		per = 4
+	}
+	cmds := make(rueidis.Commands, 0, per*len(ids))
 	for _, id := range ids {
 		cmds = append(cmds, b.Hget().Key(s.k.Registry(id)).Field(id).Build(), b.Hget().Key(s.k.Lost(id)).Field(id).Build(),
 			b.Hget().Key(s.k.Group(id)).Field(id).Build())
+		if decl {
+			cmds = append(cmds, b.Hget().Key(s.k.InPart(id, "decl")).Field(id).Build())
+		}
 	}
 	rs := s.c.DoMulti(ctx, cmds...)
 	out := make([]Device, len(ids))
 	codes := make([]string, len(ids))
+	var decls []Declaration
+	if decl {
+		decls = make([]Declaration, len(ids))
+	}
 	for j := range ids {
-		for _, r := range rs[3*j : 3*j+3] {
+		mine := rs[per*j : per*j+per]
+		for _, r := range mine {
 			if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
-				return nil, fmt.Errorf("shard: read registry: %w", err)
+				return nil, nil, fmt.Errorf("shard: read registry: %w", err)
 			}
 		}
 		// A corrupt entry reads as unknown rather than stalling the batch
 		// that holds it: the device still fires, with the default type.
-		reg, _ := rs[3*j].ToMessage()
-		lost, _ := rs[3*j+1].ToMessage()
+		reg, _ := mine[0].ToMessage()
+		lost, _ := mine[1].ToMessage()
 		out[j], codes[j], _, _ = device(reg, lost)
-		out[j].Group, _ = rs[3*j+2].ToString()
+		out[j].Group, _ = mine[2].ToString()
+		if decl {
+			if v, err := mine[3].ToString(); err == nil {
+				decls[j], _ = parseDeclaration(ids[j], v)
+			}
+		}
 	}
 	if err := s.decodeTypes(ctx, out, codes); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	return out, decls, nil
 }
 
 // Types reads the registered types of ids in one round trip ("" for a
