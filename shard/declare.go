@@ -52,7 +52,10 @@ func parseDeclaration(id, v string) (Declaration, bool) {
 	d.At, e1 = strconv.ParseInt(p[1], 10, 64)
 	d.LastSeen, e2 = strconv.ParseInt(p[2], 10, 64)
 	d.Confirm, e3 = strconv.ParseInt(p[3], 10, 64)
-	return d, e1 == nil && e2 == nil && e3 == nil
+	if e1 != nil || e2 != nil || e3 != nil {
+		return Declaration{}, false
+	}
+	return d, true
 }
 
 // Record writes declarations, one round trip, before the deadlines they
@@ -75,8 +78,8 @@ func (s *Store) Record(ctx context.Context, ds []Declaration) error {
 	return nil
 }
 
-// ForgetDeclarations drops the records of ids whose deadline fired (best effort: a
-// record left behind is stale, and ignored).
+// ForgetDeclarations drops the records ds, whose deadlines fired (best
+// effort: a record left behind is stale, and ignored).
 func (s *Store) ForgetDeclarations(ctx context.Context, ds []Declaration) {
 	if len(ds) == 0 {
 		return

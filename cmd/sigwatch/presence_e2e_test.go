@@ -53,7 +53,7 @@ func (d *willDevice) publish(t *testing.T, leaf, payload string, retained bool) 
 // presenceEnv is the settings of a sigwatch that reads status topics.
 var presenceEnv = []string{
 	"SIGWATCH_THRESHOLDS_DEFAULT=5m", "SIGWATCH_MQTT_STATUS_TOPICS=devices/+/status",
-	"SIGWATCH_THRESHOLDS_CONFIRM_AFTER=slow=2s",
+	"SIGWATCH_THRESHOLDS_CONFIRM_AFTER=slow=4s",
 	"SIGWATCH_STORM_ENABLED=false",
 }
 
@@ -109,19 +109,19 @@ func TestWillDeclaresLost(t *testing.T) {
 	} else {
 		t.Logf("w-dead reported %v after it was killed (threshold 5m)", took.Round(time.Millisecond))
 	}
-	// w-back reconnects inside its 2 s window: its will came, then online.
+	// w-back reconnects inside its 4 s window: its will came, then online.
 	back.proxy.Cut(0)
 	back.proxy.Release()
 	back.connect(t, keepAlive)
 	lateEv := lost.Wait(t, 20*time.Second, "w-late lost", func(l dispatch.Lost) bool { return l.Device == "w-late" })
-	t.Logf("w-late (connection frozen, confirm_after 2s) reported %v after it froze", lateEv.At.Sub(frozen).Round(time.Millisecond))
-	if lateEv.Body.Reason != shard.ReasonWill || lateEv.Body.ConfirmAfter != 2000 {
-		t.Errorf("w-late: reason %q confirm_after %d, want will after 2000 ms", lateEv.Body.Reason, lateEv.Body.ConfirmAfter)
+	t.Logf("w-late (connection frozen, confirm_after 4s) reported %v after it froze", lateEv.At.Sub(frozen).Round(time.Millisecond))
+	if lateEv.Body.Reason != shard.ReasonWill || lateEv.Body.ConfirmAfter != 4000 {
+		t.Errorf("w-late: reason %q confirm_after %d, want will after 4000 ms", lateEv.Body.Reason, lateEv.Body.ConfirmAfter)
 	}
-	if took := lateEv.At.Sub(frozen); took < 2*time.Second {
-		t.Errorf("w-late reported %v after its connection froze, before its confirm_after of 2s", took)
+	if took := lateEv.At.Sub(frozen); took < 4*time.Second {
+		t.Errorf("w-late reported %v after its connection froze, before its confirm_after of 4s", took)
 	}
-	testenv.Never(t, 3*time.Second, "w-back reported lost", func() bool {
+	testenv.Never(t, 5*time.Second, "w-back reported lost", func() bool {
 		return len(lost.Where(func(l dispatch.Lost) bool { return l.Device == "w-back" })) > 0
 	})
 
@@ -189,8 +189,8 @@ func TestDeclaredDeadlines(t *testing.T) {
 		worst = max(worst, since)
 	}
 	t.Logf("1,000 devices with ttd 2: reported within %v of their message", worst.Round(time.Millisecond))
-	if worst > 5*time.Second {
-		t.Errorf("slowest ttd 2 device reported %v after its message; want about 2 s", worst)
+	if worst > 10*time.Second {
+		t.Errorf("slowest ttd 2 device reported %v after its message; want 2 s and the fire lag, far from the 5m threshold", worst)
 	}
 	_, v := getDevice(t, addr, "clamped")
 	if want := time.Now().Add(time.Hour).UnixMilli(); v.Deadline > want {

@@ -191,9 +191,9 @@ func TestSparkplugSurvivesRedisEmpty(t *testing.T) {
 }
 
 // TestSparkplugScanRateMakesDataPeriodic: a node that says in its NBIRTH
-// that it scans every 500 ms is periodic, with its devices: each message
+// that it scans every second is periodic, with its devices: each message
 // keeps them alive for three scans. A device whose data goes on is never
-// lost; one whose data stops is lost 1.5 s after its last message, with
+// lost; one whose data stops is lost 3 s after its last message, with
 // reason declared, though the node lives and the threshold is an hour.
 func TestSparkplugScanRateMakesDataPeriodic(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
@@ -202,7 +202,7 @@ func TestSparkplugScanRateMakesDataPeriodic(t *testing.T) {
 		"SIGWATCH_MQTT_SPARKPLUG_ENABLED=true", "SIGWATCH_STORM_ENABLED=false")
 	lost := watchLost(t, env)
 	waitAPI(t, addr)
-	node := testenv.NewScanningEdgeNode(t, env.Mosquitto.URL, "line", "n1", []string{"busy", "stops"}, 5*time.Second, 500*time.Millisecond)
+	node := testenv.NewScanningEdgeNode(t, env.Mosquitto.URL, "line", "n1", []string{"busy", "stops"}, 5*time.Second, time.Second)
 	testenv.WaitFor(t, 20*time.Second, "the node's devices watched", func() bool {
 		_, a := getDevice(t, addr, url.PathEscape("line/n1/busy"))
 		_, b := getDevice(t, addr, url.PathEscape("line/n1/stops"))
@@ -232,8 +232,8 @@ func TestSparkplugScanRateMakesDataPeriodic(t *testing.T) {
 	if ev.Body.Reason != shard.ReasonDeclared {
 		t.Errorf("stops lost with reason %q, want declared", ev.Body.Reason)
 	}
-	if silent := ev.Body.Deadline - ev.Body.LastSeen; silent != 1500 {
-		t.Errorf("stops lost %d ms after its last message, want three scans, 1500", silent)
+	if silent := ev.Body.Deadline - ev.Body.LastSeen; silent != 3000 {
+		t.Errorf("stops lost %d ms after its last message, want three scans, 3000", silent)
 	}
 	testenv.Never(t, 3*time.Second, "a device or node with data going on lost", func() bool {
 		return len(lost.Where(func(l dispatch.Lost) bool { return l.Device != "line/n1/stops" })) > 0
