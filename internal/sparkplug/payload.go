@@ -51,6 +51,9 @@ func Decode(b []byte) (Info, error) {
 	for _, m := range p.Metrics {
 		switch m.GetName() {
 		case BdSeqMetric:
+			if info.HasBdSeq {
+				continue // the first one counts
+			}
 			v, ok := intValue(m)
 			if !ok {
 				return Info{}, ErrBadBdSeq
@@ -59,7 +62,7 @@ func Decode(b []byte) (Info, error) {
 		case ScanRateMetric:
 			// A scan rate that cannot be read says nothing: the node is
 			// then taken to report by exception.
-			if v, ok := intValue(m); ok {
+			if v, ok := intValue(m); ok && info.ScanRate == 0 {
 				info.ScanRate = v
 			}
 		}
