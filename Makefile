@@ -41,7 +41,7 @@ lint: vet
 	cd deploy/check && $(GO) run $(STATICCHECK) ./...
 
 # FUZZ lists package:target pairs; `make test` runs each briefly, `make fuzz` longer.
-FUZZ := ./ingest:FuzzParseTopic ./ingest:FuzzParseTimestamp ./ingest:FuzzParseDeclared ./ingest:FuzzParseStatus ./dispatch:FuzzSanitizeType ./dispatch:FuzzNewInvalid ./timer:FuzzDecodeResets ./internal/sparkplug:FuzzParseTopic ./internal/sparkplug:FuzzDecode
+FUZZ := ./ingest:FuzzParseTopic ./ingest:FuzzParseTimestamp ./ingest:FuzzParseDeclared ./ingest:FuzzParseDeclaredProperties ./ingest:FuzzParseStatus ./dispatch:FuzzSanitizeType ./dispatch:FuzzNewInvalid ./timer:FuzzDecodeResets ./internal/sparkplug:FuzzParseTopic ./internal/sparkplug:FuzzDecode
 FUZZTIME ?= 10s
 
 # The cmd/sigwatch tests build sigwatch with the demo tag themselves, so TestDemoShowsLostDevices runs
@@ -50,14 +50,18 @@ FUZZTIME ?= 10s
 # SLOW are the longest process-level fault tests of cmd/sigwatch, which mostly wait out thresholds,
 # leases and outages: they run in a go test of their own beside ./..., so that cmd/sigwatch is not
 # one long line of them while the other packages are long done. Its output is shown when it ends.
+# The ingest tests also run a second time, beside them, with ingest subscribing over MQTT 5
+# (mqtt.protocol: 5); the tests on the NATS MQTT listener, which speaks 3.1.1 only, skip there.
 SLOW := ^(TestBrokerBlipLosesNoLiveDevice|TestRedisStoppedAPIAnswersFast|TestRedisKilledAPIAnswersFast|TestRedisRestartedGracefully|TestStalledReplicaBringsNothingBack|TestTimersFireOnceAcrossFaults|TestHealthzStaysOKWhileRedisIsDown|TestNATSClusterFailover|TestClockSkewTwoProcesses|TestTwoProcessesKillOne|TestRedisEverySecKilled|TestRedisRestartedEmpty|TestRedisClusterMasterFailover|TestRedisSentinelFailover|TestStormSurvivesRedisLoss|TestTimersSurviveRedisEmpty|TestTimersSentinelFailoverToLaggedReplica)$$
 
 test: test-deps lint
-	@slow=$$(mktemp); \
+	@slow=$$(mktemp); mq5=$$(mktemp); \
 	$(GO) test -race -count=1 -timeout 18m -run '$(SLOW)' ./cmd/sigwatch > $$slow 2>&1 & pid=$$!; \
+	SIGWATCH_TEST_MQTT_PROTOCOL=5 $(GO) test -race -count=1 -timeout 10m ./ingest > $$mq5 2>&1 & pid5=$$!; \
 	$(GO) test -race -count=1 -timeout 18m -skip '$(SLOW)' ./...; rc=$$?; \
-	wait $$pid; src=$$?; echo "--- cmd/sigwatch, the slow fault tests:"; cat $$slow; rm -f $$slow; \
-	[ $$rc -eq 0 ] && [ $$src -eq 0 ]
+	wait $$pid; src=$$?; wait $$pid5; m5=$$?; \
+	echo "--- cmd/sigwatch, the slow fault tests:"; cat $$slow; echo "--- ingest over MQTT 5:"; tail -n 200 $$mq5; rm -f $$slow $$mq5; \
+	[ $$rc -eq 0 ] && [ $$src -eq 0 ] && [ $$m5 -eq 0 ]
 	cd bench && $(GO) test -race -count=1 -timeout 12m ./...
 	cd deploy/check && $(GO) test -count=1 -timeout 10m ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s

@@ -39,7 +39,7 @@ func (s *source) identify(c mqtt.Client) (bool, error) {
 		return false, nil
 	}
 	defer c.Unsubscribe(sysVersion)
-	if q := tok.(*mqtt.SubscribeToken).Result()[sysVersion]; q == 0x80 {
+	if q := granted(tok)[sysVersion]; q == 0x80 {
 		return false, s.unordered("refused a subscription to " + sysVersion)
 	}
 	select {

@@ -25,6 +25,8 @@ type MQTTConfig struct {
 	GroupLevel  int              `yaml:"group_level"`
 	SharedGroup string           `yaml:"shared_group"`
 	QoS         int              `yaml:"qos"` // 0, 1 or 2, run as configured
+	// Protocol is the MQTT version ingest subscribes with: 3.1.1 or 5.
+	Protocol string `yaml:"protocol"`
 	// OrderedBroker vouches that the broker delivers all of a session's
 	// messages in one order (see Options.OrderedBroker).
 	OrderedBroker bool `yaml:"ordered_broker"`
@@ -74,7 +76,7 @@ func DefaultMQTTConfig() MQTTConfig {
 		host = "sigwatch"
 	}
 	return MQTTConfig{Brokers: []string{"tcp://127.0.0.1:1883"}, ClientID: "sigwatch-" + host,
-		Topics: []string{"devices/+/signal"}, IDLevel: 1, TypeLevel: -1, GroupLevel: -1, QoS: int(DefaultQoS),
+		Topics: []string{"devices/+/signal"}, IDLevel: 1, TypeLevel: -1, GroupLevel: -1, QoS: int(DefaultQoS), Protocol: Protocol311,
 		Status: DefaultStatusConfig(), Sparkplug: DefaultSparkplugConfig()}
 }
 
@@ -106,6 +108,9 @@ func (c MQTTConfig) Validate() error {
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	if c.QoS < 0 || c.QoS > 2 {
 		bad("mqtt.qos %d: use 1 (the default) or 2 to have a signal acked only once stored, or 0 to accept losing signals in flight", c.QoS)
+	}
+	if c.Protocol != Protocol311 && c.Protocol != Protocol5 {
+		bad("mqtt.protocol %q: use \"3.1.1\" (the default) or \"5\" (which also reads ttd and next from MQTT 5 user properties)", c.Protocol)
 	}
 	if c.IDLevel < 0 {
 		bad("mqtt.id_level must be >= 0")

@@ -127,7 +127,7 @@ func (s *source) onConnect(c mqtt.Client) {
 		s.log.Error("subscribe failed; watermark held until the next connection", "filters", keys(filters), "err", err)
 		return
 	}
-	for f, q := range tok.(*mqtt.SubscribeToken).Result() {
+	for f, q := range granted(tok) {
 		if q == 0x80 {
 			s.log.Error("broker refused subscription; watermark held until the next connection", "filter", f)
 			return
@@ -167,6 +167,15 @@ func (s *source) joinGroup(c mqtt.Client) bool {
 		}
 		time.Sleep(storeBackoff.Delay(attempt))
 	}
+}
+
+// granted returns what a subscription's token says of each filter: the
+// QoS granted, or 0x80 if refused.
+func granted(tok mqtt.Token) map[string]byte {
+	if r, ok := tok.(interface{ Result() map[string]byte }); ok {
+		return r.Result()
+	}
+	return nil
 }
 
 func keys(m map[string]byte) []string {

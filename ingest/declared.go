@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"strconv"
+	"strings"
 
 	"github.com/sigwatch/sigwatch/shard"
 )
@@ -55,6 +57,33 @@ func ParseDeclared(payload []byte) (Declared, error) {
 		d.Set, d.TTD = true, n
 	}
 	return d, nil
+}
+
+// The refusals of a deadline declared in MQTT 5 user properties.
+var (
+	ErrBadTTDProperty  = &InvalidError{Reason: "bad_ttd", Msg: `user property "ttd" must be a whole number of seconds: > 0, -1 (until further notice) or 0 (gone now)`}
+	ErrBadNextProperty = &InvalidError{Reason: "bad_next", Msg: `user property "next" must be a time in unix milliseconds`}
+)
+
+// ParseDeclaredProperties reads "ttd" and "next" from a message's MQTT 5
+// user properties, which prop looks up; they mean what the payload
+// fields do. A message whose payload declares a deadline is not asked.
+func ParseDeclaredProperties(prop func(key string) (string, bool)) (Declared, error) {
+	if v, ok := prop("next"); ok {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || n <= 0 {
+			return Declared{}, ErrBadNextProperty
+		}
+		return Declared{Set: true, Next: n}, nil
+	}
+	if v, ok := prop("ttd"); ok {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || n < -1 {
+			return Declared{}, ErrBadTTDProperty
+		}
+		return Declared{Set: true, TTD: n}, nil
+	}
+	return Declared{}, nil
 }
 
 // wholeNumber reads a JSON number without a fraction that fits an int64.

@@ -45,6 +45,10 @@
 //   - conn.go: the source's connection — paho's options, (re)subscribing
 //     on every connection, joining a shared group's watermark, the
 //     connection's notifications (refused, lost, reconnecting).
+//   - mqtt5.go: mqtt.protocol 5 — an MQTT 5 client (autopaho) behind the
+//     same client interface and options, so the source, probes and breaks
+//     run unchanged; mqtt5msg.go: its messages (with their user
+//     properties, which declared.go reads) and tokens.
 //   - probe.go: the watermark probes — their rate (full while a scanner
 //     asks, idle otherwise), sending them, and the barriers their return
 //     gives the pipeline.

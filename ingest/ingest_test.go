@@ -25,6 +25,10 @@ import (
 
 const testShards = 4
 
+// protocolEnv names the MQTT version the tests' ingest subscribes with
+// unless a test chooses (make test runs the broker tests on both).
+const protocolEnv = "SIGWATCH_TEST_MQTT_PROTOCOL"
+
 // rig is one test's servers and the building blocks ingest is made of.
 type rig struct {
 	env   *testenv.Env
@@ -90,6 +94,7 @@ func (r *rig) start(t *testing.T, opts Options) *running {
 	if opts.ClientID == "" {
 		opts.ClientID = "ingest-" + t.Name()
 	}
+	opts.Protocol = cmp.Or(opts.Protocol, os.Getenv(protocolEnv))
 	opts.Thresholds = r.thr
 	reg := prometheus.NewRegistry()
 	log := r.log

@@ -29,6 +29,10 @@ type Options struct {
 
 	Username, Password string
 	TLS                *tls.Config
+	// Protocol is the MQTT version of the subscriber's connection:
+	// Protocol311 (the default) or Protocol5, which also reads declared
+	// deadlines from the messages' user properties.
+	Protocol string
 
 	Topics []string // MQTT filters, default ["devices/+/signal"]
 	// Status are the status topics (mqtt.status): online and offline
@@ -189,6 +193,7 @@ func (o *Options) defaults() error {
 		q = *o.QoS
 	}
 	o.QoS = &q
+	o.Protocol = cmp.Or(o.Protocol, Protocol311)
 	o.TimestampMode = cmp.Or(o.TimestampMode, ts.Mode)
 	o.MaxSkew = cmp.Or(max(o.MaxSkew, 0), ts.MaxSkew)
 	o.MaxIDLen = cmp.Or(max(o.MaxIDLen, 0), c.MaxIDLen)
@@ -239,7 +244,7 @@ func (o *Options) defaults() error {
 	case strings.ContainsAny(o.ProbeTopic, "+#"):
 		return fmt.Errorf("ingest: options: probe topic %q must not contain wildcards", o.ProbeTopic)
 	}
-	mc := MQTTConfig{IDLevel: o.IDLevel, TypeLevel: o.TypeLevel, GroupLevel: *o.GroupLevel, QoS: int(*o.QoS), SharedGroup: o.SharedGroup}
+	mc := MQTTConfig{IDLevel: o.IDLevel, TypeLevel: o.TypeLevel, GroupLevel: *o.GroupLevel, QoS: int(*o.QoS), SharedGroup: o.SharedGroup, Protocol: o.Protocol}
 	tc := TimestampConfig{Mode: o.TimestampMode, MaxSkew: o.MaxSkew}
 	if err := errors.Join(mc.Validate(), tc.Validate(), o.Status.Validate(), o.Sparkplug.Validate(), o.Connections.Validate()); err != nil {
 		return fmt.Errorf("ingest: options: %w", err)

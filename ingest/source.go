@@ -112,7 +112,7 @@ func (s *source) run(ctx context.Context) error {
 		periodic.Run(ctx, s.opts.ProbeInterval, func(time.Time) { s.pipe.enqueueBarrier(s.opts.Now().UnixMilli()) })
 		return nil
 	}
-	c := mqtt.NewClient(s.clientOptions())
+	c := newClient(s.clientOptions(), s.opts.Protocol)
 	s.client.Store(&c)
 	tok := c.Connect()
 	// A refused connection ends the probing with it, and so does a broker
@@ -276,6 +276,9 @@ func (s *source) onMessage(_ mqtt.Client, m mqtt.Message) {
 		}
 		if err == nil {
 			decl, err = ParseDeclared(m.Payload())
+		}
+		if p, ok := m.(*message5); ok && err == nil && !decl.Set {
+			decl, err = ParseDeclaredProperties(p.userProperty)
 		}
 	}
 	if err != nil {

@@ -134,7 +134,7 @@ func (a *App) newIngest(ctx context.Context) error {
 		Brokers: cfg.MQTT.Brokers, ClientID: cfg.MQTT.ClientID, Process: a.id, Username: cfg.MQTT.Username,
 		Password: cfg.MQTT.Password, TLS: mqttTLS, Topics: cfg.MQTT.Topics, IDLevel: cfg.MQTT.IDLevel,
 		TypeLevel: cfg.MQTT.TypeLevel, GroupLevel: new(cfg.MQTT.GroupLevel), SharedGroup: cfg.MQTT.SharedGroup, QoS: new(byte(cfg.MQTT.QoS)),
-		OrderedBroker: cfg.MQTT.OrderedBroker, Status: cfg.MQTT.Status, Sparkplug: cfg.MQTT.Sparkplug, Connections: cfg.MQTT.Connections,
+		OrderedBroker: cfg.MQTT.OrderedBroker, Protocol: cfg.MQTT.Protocol, Status: cfg.MQTT.Status, Sparkplug: cfg.MQTT.Sparkplug, Connections: cfg.MQTT.Connections,
 		Thresholds: a.thr, TimestampMode: cfg.Timestamp.Mode, MaxSkew: cfg.Timestamp.MaxSkew,
 		Config: cfg.Ingest, Now: a.clock.Now,
 		Registry: a.registry, Beat: func() func() { return a.live.Beat("ingest") },

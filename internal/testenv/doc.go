@@ -20,7 +20,7 @@
 //   - testenv.go: Options, Env and New: the servers of one test, and the
 //     clients on them.
 //   - cluster.go: a Redis Cluster or a NATS cluster for a test.
-//   - mqtt.go: an MQTT client on a test broker.
+//   - mqtt.go: an MQTT client on a test broker, and an MQTT 5 one.
 //   - proxy.go: a TCP proxy that holds, releases or cuts a connection.
 //   - edgenode.go: a Sparkplug B edge node behind a proxy of its own
 //     (EdgeNode): births, data, its NDEATH will on a cut or a pulled
