@@ -206,9 +206,12 @@ func (r *runner) ingest(ctx context.Context) error {
 		Baselines: []string{"raw broker pass-through: the same paced publisher (a child process, 4 MQTT connections, QoS 1, " +
 			"empty payloads) to one plain paho subscriber with a persistent session at QoS 1 that only counts messages " +
 			"(paho acks each on receipt), ramped the same way, on the same broker."}}
-	brokers := []struct{ name, url string }{
-		{"Mosquitto", r.e.mosq.URL},
-		{"NATS MQTT", r.e.ni.MQTTURL},
+	// The raw subscriber speaks MQTT 3.1.1 in every row; the third row has
+	// ingest subscribe over MQTT 5 (mqtt.protocol: 5).
+	brokers := []struct{ name, url, protocol string }{
+		{"Mosquitto", r.e.mosq.URL, ingest.Protocol311},
+		{"NATS MQTT", r.e.ni.MQTTURL, ingest.Protocol311},
+		{"Mosquitto, ingest on MQTT 5", r.e.mosq.URL, ingest.Protocol5},
 	}
 	for _, b := range brokers {
 		var raws, sws []rampResult
@@ -217,7 +220,7 @@ func (r *runner) ingest(ctx context.Context) error {
 			raws = append(raws, raw)
 			return err
 		}, func(round int) error {
-			sw, err := r.ingestSigwatch(ctx, b.name, b.url, b.name == "Mosquitto" && round == 0)
+			sw, err := r.ingestSigwatch(ctx, b.name, b.url, b.protocol, b.name == "Mosquitto" && round == 0)
 			sws = append(sws, sw)
 			return err
 		})
@@ -340,7 +343,7 @@ func (r *runner) ingestRaw(ctx context.Context, name, url string) (rampResult, e
 
 // ingestSigwatch ramps sigwatch's ingest on broker, taking a CPU profile
 // when profile is set.
-func (r *runner) ingestSigwatch(ctx context.Context, name, url string, profile bool) (rampResult, error) {
+func (r *runner) ingestSigwatch(ctx context.Context, name, url, protocol string, profile bool) (rampResult, error) {
 	what := "sigwatch " + name
 	if err := r.e.flush(ctx); err != nil {
 		return rampResult{}, err
@@ -373,7 +376,7 @@ func (r *runner) ingestSigwatch(ctx context.Context, name, url string, profile b
 			r.p.Printf("ingest", "%s: %v", what, err)
 		}
 	}()
-	in, err := ingest.New(ingest.Options{Brokers: []string{url}, ClientID: id,
+	in, err := ingest.New(ingest.Options{Brokers: []string{url}, ClientID: id, Protocol: protocol,
 		Thresholds: shard.NewThresholds(store, threshold, nil)}, store, topo, pub, reg, log)
 	if err != nil {
 		return rampResult{}, err
