@@ -9,8 +9,9 @@
 // Beside the servers the kit holds the mechanics every package's tests share: polling with a
 // deadline instead of sleeping (WaitFor, Never), recorders of the events sigwatch publishes on
 // NATS (Record, RecordStream, StreamMsgIDs), goroutine-leak checks on go.uber.org/goleak
-// (VerifyNone), metric reads beside prometheus/testutil (Gathered, Scraped, Observations), and a
-// manual clock for time-driven tests (Clock).
+// (VerifyNone), metric reads beside prometheus/testutil (Gathered, Scraped, Observations), a
+// manual clock for time-driven tests (Clock), and local HTTP receivers that keep the documented
+// contracts of PagerDuty, Slack and Standard Webhooks, for tests to point sinks at.
 //
 // testenv imports only shard and internal packages, never a role package (ingest, scanner,
 // alarm), so that every package's tests can use it.
@@ -34,4 +35,12 @@
 //   - logbuf.go: LogBuffer, a log sink the code under test may write to
 //     from many goroutines.
 //   - clock.go: a manual clock (Clock).
+//   - receivers.go: Receiver, a local HTTP server that records every call
+//     (Call) and can be taken down and brought back on its port; OverBudget,
+//     the sliding-window check of a rate budget.
+//   - pagerduty.go: a PagerDuty Events API v2 receiver (NewPagerDuty).
+//   - slack.go: a Slack incoming-webhook receiver (NewSlack).
+//   - webhookreceiver.go: a Standard Webhooks receiver that verifies
+//     signatures, counts deliveries by id and answers 429, 410 or 500 on
+//     demand (NewWebhookReceiver).
 package testenv
