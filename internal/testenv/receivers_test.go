@@ -47,7 +47,9 @@ func TestPagerDutyReceiverKeepsTheEventsContract(t *testing.T) {
 		t.Fatalf("trigger: %d %s", code, body)
 	}
 	code, body, _ = post(t, url, nil, `{"routing_key":"rk","event_action":"trigger","payload":{"summary":"s","source":"x","severity":"info"}}`)
-	var made struct{ DedupKey string `json:"dedup_key"` }
+	var made struct {
+		DedupKey string `json:"dedup_key"`
+	}
 	json.Unmarshal([]byte(body), &made)
 	if code != http.StatusAccepted || made.DedupKey == "" {
 		t.Fatalf("trigger without dedup_key: %d %s, want 202 with a key made up", code, body)
