@@ -2,7 +2,7 @@
 //
 // New gives a test, in one call, the real servers sigwatch runs against: a Redis always, and on
 // request a Mosquitto broker and an embedded NATS (with JetStream, and optionally its MQTT
-// listener). Each runs on 127.0.0.1 on a random port in the test's t.TempDir() and is stopped by
+// listener); Alertmanager starts a Prometheus Alertmanager. Each runs on 127.0.0.1 on a random port in the test's t.TempDir() and is stopped by
 // t.Cleanup. A missing server binary fails the test with how to install it; tests never skip
 // for it. Env.Store and Env.Conn give the clients a test builds on those servers.
 //
@@ -21,6 +21,7 @@
 //   - testenv.go: Options, Env and New: the servers of one test, and the
 //     clients on them.
 //   - cluster.go: a Redis Cluster or a NATS cluster for a test.
+//   - alertmanager.go: a Prometheus Alertmanager for a test.
 //   - mqtt.go: an MQTT client on a test broker.
 //   - proxy.go: a TCP proxy that holds, releases or cuts a connection.
 //   - edgenode.go: a Sparkplug B edge node behind a proxy of its own
