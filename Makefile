@@ -8,8 +8,8 @@ GO ?= go
 
 # deps installs the servers the tests, the demo, `make run` and the benchmarks start: redis-server,
 # redis-cli, redis-sentinel and mosquitto (nats-server is embedded); test-deps also chromium,
-# the headless browser the status page test drives, and Debian's old nats-server, which a test
-# sees `sigwatch run` refuse.
+# the headless browser the status page test drives, Debian's old nats-server, which a test
+# sees `sigwatch run` refuse, and prometheus-alertmanager, which the sink tests start.
 deps:
 	@bash deploy/local/install.sh
 

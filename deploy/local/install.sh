@@ -9,9 +9,10 @@
 # `go install github.com/nats-io/nats-server/v2@latest` or the release binaries
 # (https://github.com/nats-io/nats-server/releases), or use `make run`, which starts all three.
 #
-# With --browser (make test) also chromium, the headless browser the status page test drives, and
+# With --browser (make test) also chromium, the headless browser the status page test drives,
 # Debian's old nats-server (/usr/bin/nats-server, 2.9), which a test starts to see `sigwatch run`
-# refuse it; nothing else runs that binary.
+# refuse it (nothing else runs that binary), and prometheus-alertmanager, the Alertmanager the
+# sink tests start on a loopback port (elsewhere the binary is called alertmanager).
 # Safe to run again; prints next to nothing when everything is there.
 #
 # Works unattended (no stdin, CI=true): apt-get runs non-interactively and sudo is never asked
@@ -21,8 +22,8 @@ set -euo pipefail
 bins="redis-server redis-cli redis-sentinel mosquitto mosquitto_passwd mosquitto_pub"
 pkgs="redis-server redis-sentinel mosquitto mosquitto-clients"
 if [ "${1:-}" = "--browser" ]; then
-	bins="$bins chromium nats-server"
-	pkgs="$pkgs chromium nats-server"
+	bins="$bins chromium nats-server prometheus-alertmanager"
+	pkgs="$pkgs chromium nats-server prometheus-alertmanager"
 fi
 
 # have NAME: NAME is on PATH or in a system binary directory (Debian puts mosquitto in
@@ -62,11 +63,12 @@ if command -v apt-get >/dev/null 2>&1; then
 	fi
 
 	# Remember which services exist already, so that only the ones installed now are stopped.
-	had_redis=0 had_sentinel=0 had_mosquitto=0 had_nats=0
+	had_redis=0 had_sentinel=0 had_mosquitto=0 had_nats=0 had_alertmanager=0
 	dpkg-query -W -f='${Status}' redis-server 2>/dev/null | grep -q "install ok installed" && had_redis=1
 	dpkg-query -W -f='${Status}' redis-sentinel 2>/dev/null | grep -q "install ok installed" && had_sentinel=1
 	dpkg-query -W -f='${Status}' mosquitto 2>/dev/null | grep -q "install ok installed" && had_mosquitto=1
 	dpkg-query -W -f='${Status}' nats-server 2>/dev/null | grep -q "install ok installed" && had_nats=1
+	dpkg-query -W -f='${Status}' prometheus-alertmanager 2>/dev/null | grep -q "install ok installed" && had_alertmanager=1
 
 	echo "deps: apt-get install $pkgs"
 	$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
@@ -74,7 +76,7 @@ if command -v apt-get >/dev/null 2>&1; then
 		-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
 		$pkgs </dev/null >/dev/null
 
-	# The packages start system-wide services on 6379, 26379, 1883 and 4222. The tests, the demo
+	# The packages start system-wide services on 6379, 26379, 1883, 4222 and 9093. The tests, the demo
 	# and `make run` start servers of their own in their own directories, so stop and disable the
 	# ones this script installed rather than leave a stray broker and database running (and a
 	# nats-server too old for sigwatch on the port `make run` would take). In containers
@@ -84,6 +86,7 @@ if command -v apt-get >/dev/null 2>&1; then
 		[ "$had_sentinel" = 1 ] || $sudo systemctl disable --now redis-sentinel >/dev/null 2>&1 || true
 		[ "$had_mosquitto" = 1 ] || $sudo systemctl disable --now mosquitto >/dev/null 2>&1 || true
 		[ "$had_nats" = 1 ] || $sudo systemctl disable --now nats-server >/dev/null 2>&1 || true
+		[ "$had_alertmanager" = 1 ] || $sudo systemctl disable --now prometheus-alertmanager >/dev/null 2>&1 || true
 	fi
 
 	missing=$(missing_bins)
@@ -99,7 +102,7 @@ cat >&2 <<MSG
 deps: sigwatch needs $missing, and this script only knows how to install them with apt-get.
 Install them with your package manager, then run \`make deps\` again:
 (redis-sentinel comes with each redis package below)
-  macOS (Homebrew):  brew install redis mosquitto && brew install --cask chromium
+  macOS (Homebrew):  brew install redis mosquitto alertmanager && brew install --cask chromium
                      (mosquitto goes to \$(brew --prefix)/sbin, which sigwatch also searches)
   Fedora/RHEL:       sudo dnf install redis mosquitto chromium
   Arch:              sudo pacman -S redis mosquitto chromium

@@ -33,7 +33,7 @@ var floors = []struct {
 	{"doors", true, []string{"shard", "dispatch", "client"}},
 	{"helpers", false, []string{"internal/backoff", "internal/clock", "internal/fleet", "internal/periodic",
 		"internal/ratelog", "internal/statuspage", "internal/tlsconfig", "internal/liveness", "internal/yamlenv",
-		"internal/architecture", "internal/docs", "internal/minversion", "internal/sparkplug"}},
+		"internal/architecture", "internal/docs", "internal/minversion", "internal/sparkplug", "internal/webhooks"}},
 }
 
 // kits are the test kits: they start real servers and may import anything

@@ -1,7 +1,7 @@
 // Package servers starts the real servers sigwatch talks to — redis-server, a Redis Cluster,
-// mosquitto and an embedded nats-server — on 127.0.0.1 random free ports, each in a directory the
-// caller owns. Tests (through internal/testenv), `sigwatch demo` and the bench harness use it, so
-// it does not import testing.
+// mosquitto, an embedded nats-server and Prometheus Alertmanager — on 127.0.0.1 random free
+// ports, each in a directory the caller owns. Tests (through internal/testenv), `sigwatch demo`
+// and the bench harness use it, so it does not import testing.
 //
 // Child processes are started so that they die with the process that started them where the
 // platform allows it (Linux: PR_SET_PDEATHSIG), so a crashed test leaves no server behind. Each
@@ -27,6 +27,9 @@
 //     built from natsd.
 //   - nats_cluster.go: a nats-server cluster of child processes
 //     (StartNATSCluster).
+//   - alertmanager.go: a Prometheus Alertmanager, alone, with a receiver that
+//     sends nowhere (StartAlertmanager), and its alerts API (Alerts,
+//     PostAlerts).
 //   - pause.go: pausing and resuming a server (SIGSTOP, SIGCONT), as a hung
 //     host would.
 //   - certs.go: test certificates and the TLS settings built on them
