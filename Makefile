@@ -41,7 +41,7 @@ lint: vet
 	cd deploy/check && $(GO) run $(STATICCHECK) ./...
 
 # FUZZ lists package:target pairs; `make test` runs each briefly, `make fuzz` longer.
-FUZZ := ./ingest:FuzzParseTopic ./ingest:FuzzParseTimestamp ./ingest:FuzzParseDeclared ./ingest:FuzzParseDeclaredProperties ./ingest:FuzzParseStatus ./dispatch:FuzzSanitizeType ./dispatch:FuzzNewInvalid ./timer:FuzzDecodeResets ./internal/sparkplug:FuzzParseTopic ./internal/sparkplug:FuzzDecode
+FUZZ := ./ingest:FuzzParseTopic ./ingest:FuzzParseTimestamp ./ingest:FuzzParseDeclared ./ingest:FuzzParseDeclaredProperties ./ingest:FuzzParseStatus ./dispatch:FuzzSanitizeType ./dispatch:FuzzNewInvalid ./timer:FuzzDecodeResets ./internal/sparkplug:FuzzParseTopic ./internal/sparkplug:FuzzDecode ./internal/webhooks:FuzzVerify
 FUZZTIME ?= 10s
 
 # The cmd/sigwatch tests build sigwatch with the demo tag themselves, so TestDemoShowsLostDevices runs
