@@ -3,6 +3,7 @@ package dispatch
 import (
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +32,9 @@ type typeTokens struct {
 	over  prometheus.Counter
 	log   *slog.Logger
 	warn  *ratelog.Limiter
+	// runtime reports the types configured at run time (PUT
+	// /v1/types/{type}): like thresholds.types, each has a token of its own.
+	runtime atomic.Pointer[func(typ string) bool]
 }
 
 func newTypeTokens(configured []string, max int, reg prometheus.Registerer, log *slog.Logger) (*typeTokens, error) {
@@ -50,6 +54,15 @@ func newTypeTokens(configured []string, max int, reg prometheus.Registerer, log 
 	return t, nil
 }
 
+// ConfiguredTypes tells the publisher which device types are configured
+// at run time (f reports them): each gets a subject token of its own, as
+// the types of thresholds.types do, beyond nats.max_types.
+func (p *Bus) ConfiguredTypes(f func(typ string) bool) {
+	if p.subjects.types != nil {
+		p.subjects.types.runtime.Store(&f)
+	}
+}
+
 // token is the subject token of typ.
 func (t *typeTokens) token(typ string) string {
 	tok, over := t.admit(typ)
@@ -58,7 +71,7 @@ func (t *typeTokens) token(typ string) string {
 	}
 	t.over.Inc()
 	if t.log != nil {
-		t.warn.Warn(t.log, "types", "device type beyond nats.max_types: its events go out under the subject token \"other\" (the body keeps the type); configure the type under thresholds.types or raise nats.max_types",
+		t.warn.Warn(t.log, "types", "device type beyond nats.max_types: its events go out under the subject token \"other\" (the body keeps the type); configure the type under thresholds.types or at run time (PUT /v1/types/{type}), or raise nats.max_types",
 			"type", SanitizeType(typ))
 	}
 	return OtherType
@@ -73,8 +86,12 @@ func (t *typeTokens) admit(typ string) (string, bool) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	rt := t.runtime.Load()
 	switch {
 	case t.known[tok]:
+		return tok, false
+	case rt != nil && (*rt)(typ):
+		t.known[tok] = true
 		return tok, false
 	case t.free > 0:
 		t.free--

@@ -45,3 +45,22 @@ func TestTypesCannotCreateUnboundedSubjects(t *testing.T) {
 		t.Errorf("type_overflow_total = %v, want 998", got)
 	}
 }
+
+// TestRuntimeTypesHaveTheirOwnSubjects: a type configured at run time
+// gets its own subject token like a configured one, however many other
+// types took the nats.max_types room first.
+func TestRuntimeTypesHaveTheirOwnSubjects(t *testing.T) {
+	nc, _ := natsConn(t)
+	p := newPublisher(t, nc, Options{MaxTypes: 1})
+	p.ConfiguredTypes(func(typ string) bool { return typ == "late.type" })
+	s := p.Subjects()
+	if got := s.Lost("first"); got != "sigwatch.lost.first" {
+		t.Fatalf("first type: %s", got)
+	}
+	if got := s.Lost("second"); got != "sigwatch.lost.other" {
+		t.Errorf("type beyond the bound: %s, want sigwatch.lost.other", got)
+	}
+	if got, want := s.Lost("late.type"), "sigwatch.lost.late_type"; got != want {
+		t.Errorf("run-time type: %s, want %s", got, want)
+	}
+}

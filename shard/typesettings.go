@@ -178,6 +178,15 @@ func (t *Thresholds) Types() []TypeView {
 	return out
 }
 
+// Configured reports whether typ has a setting made at run time, as last
+// loaded.
+func (t *Thresholds) Configured(typ string) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	_, ok := t.types[typ]
+	return ok
+}
+
 // setting returns typ's run-time setting as last loaded.
 func (t *Thresholds) setting(typ string) TypeSetting {
 	t.mu.RLock()

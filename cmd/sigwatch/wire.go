@@ -77,6 +77,7 @@ func (a *App) establish(ctx context.Context) error {
 	}
 	a.thr = shard.NewThresholds(a.store, cfg.Thresholds.Default, cfg.Thresholds.Types)
 	a.thr.Confirm, a.thr.MaxDeclared = cfg.Thresholds.ConfirmAfter, cfg.Thresholds.MaxDeclared
+	a.pub.ConfiguredTypes(a.thr.Configured)
 	if sp := cfg.MQTT.Sparkplug; sp.Enabled {
 		a.thr.UntilNotice = map[string]bool{}
 		for _, typ := range []string{sp.NodeType, sp.DeviceType} {
