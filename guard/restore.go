@@ -38,7 +38,8 @@ const inFlightSettle = 500 * time.Millisecond
 func (g *Guard) restore(ctx context.Context, why string, since int64, token string, certain bool) error {
 	start := g.o.Now()
 	gen := newID()
-	if since <= 0 || since > start.UnixMilli() {
+	guessed := since <= 0 || since > start.UnixMilli()
+	if guessed {
 		// Nothing says when the data was last whole: any silence up to a
 		// threshold back may be ours.
 		since = start.Add(-g.o.Thresholds.Max()).UnixMilli()
@@ -96,6 +97,11 @@ func (g *Guard) restore(ctx context.Context, why string, since int64, token stri
 	if g.o.Registry != nil {
 		if err := g.restoreTypes(ctx, un); err != nil {
 			return err
+		}
+		if guessed {
+			// A type's threshold set at run time is in force again, and
+			// may be the longest.
+			since = min(since, start.Add(-g.o.Thresholds.Max()).UnixMilli())
 		}
 		// The stream's recent losses and recoveries come first: the
 		// registry catches up with them in the background.

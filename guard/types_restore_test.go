@@ -55,3 +55,31 @@ func TestRestorePutsTypeThresholdsBack(t *testing.T) {
 		t.Errorf("m1 re-armed at %d (watched %v), want at least %d: a full run-time threshold from the restore", dl, ok, min)
 	}
 }
+
+// TestRestoreOutageCoversRunTimeTypes: a process that starts on a Redis
+// that lost its data, with nothing to say when the data was last whole,
+// counts the outage back by the longest threshold in force — a type's set
+// at run time included, which only the restore brings back.
+func TestRestoreOutageCoversRunTimeTypes(t *testing.T) {
+	r := newRig(t)
+	ctx := t.Context()
+	r.guard(t)
+	if err := r.reg.PutType(ctx, dispatch.TypeRecord{Type: "meter", Threshold: 10 * 60_000}); err != nil {
+		t.Fatal(err)
+	}
+	r.empty(t)
+	r.thr = shard.NewThresholds(r.store, time.Minute, map[string]time.Duration{"meter": 2 * time.Minute})
+	r.guard(t)
+	restored := time.Now()
+	_, outages, err := r.store.Watermarks().Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := restored.Add(-10 * time.Minute).UnixMilli()
+	for _, o := range outages {
+		if o.Start <= want {
+			return
+		}
+	}
+	t.Errorf("outages %+v after the restore; want one from %d: 10m, meter's run-time threshold, before the restore", outages, want)
+}
