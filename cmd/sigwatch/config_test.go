@@ -98,3 +98,26 @@ func TestMQTTQoSRule(t *testing.T) {
 		}
 	}
 }
+
+// mqtt.protocol takes 3.1.1 (the default) or 5, written as YAML writes
+// them (5 is a number there) or in the environment; anything else is
+// refused with the choices.
+func TestMQTTProtocol(t *testing.T) {
+	for yaml, want := range map[string]string{"": "3.1.1", "mqtt:\n  protocol: 5\n": "5", "mqtt:\n  protocol: \"5\"\n": "5", "mqtt:\n  protocol: 3.1.1\n": "3.1.1"} {
+		p := filepath.Join(t.TempDir(), "c.yaml")
+		if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := LoadConfig(p, nil)
+		if err != nil || cfg.MQTT.Protocol != want {
+			t.Errorf("config %q: got protocol %q, error %v; want %q", yaml, cfg.MQTT.Protocol, err, want)
+		}
+	}
+	if cfg, err := LoadConfig("", []string{"SIGWATCH_MQTT_PROTOCOL=5"}); err != nil || cfg.MQTT.Protocol != "5" {
+		t.Errorf("SIGWATCH_MQTT_PROTOCOL=5: got %q, error %v", cfg.MQTT.Protocol, err)
+	}
+	_, err := LoadConfig("", []string{"SIGWATCH_MQTT_PROTOCOL=4"})
+	if err == nil || !strings.Contains(err.Error(), `mqtt.protocol "4": use "3.1.1" (the default) or "5"`) {
+		t.Errorf("mqtt.protocol 4: got error %v, want a refusal naming the choices", err)
+	}
+}
