@@ -64,7 +64,7 @@ test: test-deps lint
 	[ $$rc -eq 0 ] && [ $$src -eq 0 ] && [ $$m5 -eq 0 ]
 	cd bench && $(GO) test -race -count=1 -timeout 12m ./...
 	cd deploy/check && $(GO) test -count=1 -timeout 10m ./...
-	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
 # demo starts Redis, Mosquitto and NATS on random local ports and runs sigwatch against them with
 # a simulated fleet.
