@@ -53,10 +53,11 @@ func (h *lost) Fence(ctx context.Context, l shard.Lease) (uint64, error) {
 func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, moves []shard.Move, err error) {
 	i, due := b.Shard, b.Due
 	ids := make([]string, len(due))
+	deadlines := make([]int64, len(due))
 	for j, e := range due {
-		ids[j] = e.ID
+		ids[j], deadlines[j] = e.ID, e.Deadline
 	}
-	devs, decls, err := h.store.DevicesDeclared(ctx, ids)
+	devs, decls, err := h.store.DevicesDeclared(ctx, ids, deadlines)
 	if err != nil {
 		return nil, nil, fmt.Errorf("scanner: shard %d: %w", i, err)
 	}

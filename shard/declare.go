@@ -29,7 +29,11 @@ const ReasonExpired = "expired"
 // that lowered it (a will, a death) or a deadline the device declared.
 // The scanner that fires the device at exactly At reads it to say why, and
 // when the device was last heard of; at any other deadline it is stale
-// and ignored, so it needs no cleaning up to stay true.
+// and ignored, so it needs no cleaning up to stay true. A device keeps its
+// latest few records, one per deadline (see Record): a record whose
+// deadline lost to another's (a later ttd that GT refused, a will whose
+// lowering did not apply) does not hide the record of the deadline that
+// stands.
 type Declaration struct {
 	ID       string
 	Reason   string
@@ -40,6 +44,17 @@ type Declaration struct {
 
 func (d Declaration) value() string {
 	return d.Reason + ":" + strconv.FormatInt(d.At, 10) + ":" + strconv.FormatInt(d.LastSeen, 10) + ":" + strconv.FormatInt(d.Confirm, 10)
+}
+
+// declarationFor returns, of a device's stored records v, the one for
+// deadline at.
+func declarationFor(id, v string, at int64) Declaration {
+	for e := range strings.SplitSeq(v, ";") {
+		if d, ok := parseDeclaration(id, e); ok && d.At == at {
+			return d
+		}
+	}
+	return Declaration{}
 }
 
 func parseDeclaration(id, v string) (Declaration, bool) {
@@ -58,6 +73,29 @@ func parseDeclaration(id, v string) (Declaration, bool) {
 	return d, true
 }
 
+// keptDeclarations is how many records a device keeps, newest first: a
+// few, since only one of the deadlines they stand for can be in force.
+const keptDeclarations = 4
+
+// recordScript puts a record first in a device's list, dropping one for
+// the same deadline and the oldest beyond keptDeclarations.
+//
+// KEYS[1]: the records HASH of the device's registry partition
+// ARGV[1]: device id; ARGV[2]: the record; ARGV[3]: its deadline;
+// ARGV[4]: how many to keep
+var recordScript = NewScript(`
+local out = {ARGV[2]}
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur then
+  for e in string.gmatch(cur, '[^;]+') do
+    if #out >= tonumber(ARGV[4]) then break end
+    if string.match(e, '^[^:]*:([^:]*):') ~= ARGV[3] then out[#out + 1] = e end
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], table.concat(out, ';'))
+return 1
+`)
+
 // Record writes declarations, one round trip, before the deadlines they
 // stand for are written: a scanner never fires a declared deadline
 // without its record.
@@ -65,12 +103,12 @@ func (s *Store) Record(ctx context.Context, ds []Declaration) error {
 	if len(ds) == 0 {
 		return nil
 	}
-	b := s.c.B()
-	cmds := make(rueidis.Commands, len(ds))
+	keep := strconv.Itoa(keptDeclarations)
+	calls := make([]Call, len(ds))
 	for j, d := range ds {
-		cmds[j] = b.Hset().Key(s.k.InPart(d.ID, "decl")).FieldValue().FieldValue(d.ID, d.value()).Build()
+		calls[j] = Call{Keys: []string{s.k.InPart(d.ID, "decl")}, Args: []string{d.ID, d.value(), strconv.FormatInt(d.At, 10), keep}}
 	}
-	for _, r := range s.c.DoMulti(ctx, cmds...) {
+	for _, r := range s.ExecMulti(ctx, recordScript, calls...) {
 		if err := r.Error(); err != nil {
 			return fmt.Errorf("shard: record declared deadlines: %w", err)
 		}
@@ -78,18 +116,39 @@ func (s *Store) Record(ctx context.Context, ds []Declaration) error {
 	return nil
 }
 
-// ForgetDeclarations drops the records ds, whose deadlines fired (best
-// effort: a record left behind is stale, and ignored).
+// forgetScript drops a device's records for deadlines at or before the
+// one that fired: they are spent. A later one (a signal after the fire)
+// stays.
+//
+// KEYS[1]: the records HASH; ARGV[1]: device id; ARGV[2]: the deadline fired
+var forgetScript = NewScript(`
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then return 0 end
+local out = {}
+for e in string.gmatch(cur, '[^;]+') do
+  local at = tonumber(string.match(e, '^[^:]*:([^:]*):'))
+  if at and at > tonumber(ARGV[2]) then out[#out + 1] = e end
+end
+if #out == 0 then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+else
+  redis.call('HSET', KEYS[1], ARGV[1], table.concat(out, ';'))
+end
+return 1
+`)
+
+// ForgetDeclarations drops the records ds, whose deadlines fired, with
+// any older ones of their devices (best effort: a record left behind is
+// stale, and ignored).
 func (s *Store) ForgetDeclarations(ctx context.Context, ds []Declaration) {
 	if len(ds) == 0 {
 		return
 	}
-	b := s.c.B()
-	cmds := make(rueidis.Commands, len(ds))
+	calls := make([]Call, len(ds))
 	for j, d := range ds {
-		cmds[j] = b.Hdel().Key(s.k.InPart(d.ID, "decl")).Field(d.ID).Build()
+		calls[j] = Call{Keys: []string{s.k.InPart(d.ID, "decl")}, Args: []string{d.ID, strconv.FormatInt(d.At, 10)}}
 	}
-	s.c.DoMulti(ctx, cmds...)
+	s.ExecMulti(ctx, forgetScript, calls...)
 }
 
 // A Lowering asks that a watched device's deadline come down: the device,

@@ -63,7 +63,7 @@ func TestLowerFollowsTheReport(t *testing.T) {
 		t.Error("absent device was added")
 	}
 
-	_, ds, err := s.DevicesDeclared(ctx, []string{"quiet", "plug", "newer"})
+	_, ds, err := s.DevicesDeclared(ctx, []string{"quiet", "plug", "newer"}, []int64{now, now + 2_000, now + 11_000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,8 +74,55 @@ func TestLowerFollowsTheReport(t *testing.T) {
 		t.Errorf("plug's record: %+v, want death at %d, confirm 2000, last seen %d", d, now+2_000, now)
 	}
 	// A record whose lowering did not apply stands for another deadline
-	// than the device's: it is ignored when the device fires.
-	if d := ds[2]; d.At == now+11_000 {
-		t.Errorf("newer's record %+v matches its deadline", d)
+	// than the device's: none is found for the deadline that stands.
+	if d := ds[2]; d.Reason != "" {
+		t.Errorf("newer's record for its deadline %d: %+v, want none", now+11_000, d)
 	}
+}
+
+// TestRecordsKeepEachDeadline: a device keeps a record per deadline, its
+// latest few: a later record whose deadline did not win (a ttd that GT
+// refused, a will whose lowering did not apply) does not hide the record
+// of the deadline that stands; firing forgets the spent records and keeps
+// one written after the fire.
+func TestRecordsKeepEachDeadline(t *testing.T) {
+	ctx, s := newStore(t)
+	const id = "dev"
+	rec := func(reason string, at int64) {
+		t.Helper()
+		if err := s.Record(ctx, []shard.Declaration{{ID: id, Reason: reason, At: at, LastSeen: at - 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(at int64, reason string) {
+		t.Helper()
+		_, ds, err := s.DevicesDeclared(ctx, []string{id}, []int64{at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ds[0].Reason != reason || reason != "" && (ds[0].At != at || ds[0].LastSeen != at-1) {
+			t.Errorf("record for %d: %+v, want %q", at, ds[0], reason)
+		}
+	}
+	rec(shard.ReasonExpired, 600_000) // ttd 600: the deadline that stands
+	rec(shard.ReasonExpired, 2_000)   // a later ttd 2, refused by GT
+	rec(shard.ReasonWill, 1_500)      // a will whose lowering did not apply
+	want(600_000, shard.ReasonExpired)
+	want(2_000, shard.ReasonExpired)
+	want(1_500, shard.ReasonWill)
+	rec(shard.ReasonDeath, 2_000) // the same deadline again: the newer record
+	want(2_000, shard.ReasonDeath)
+	for k := range 5 {
+		rec(shard.ReasonExpired, int64(10+k))
+	}
+	want(600_000, "") // the oldest beyond the few kept
+	want(14, shard.ReasonExpired)
+
+	rec(shard.ReasonWill, 700_000) // written after the fire below
+	s.ForgetDeclarations(ctx, []shard.Declaration{{ID: id, At: 14}})
+	want(14, "")
+	want(12, "")
+	want(700_000, shard.ReasonWill)
+	s.ForgetDeclarations(ctx, []shard.Declaration{{ID: id, At: 700_000}})
+	want(700_000, "")
 }

@@ -258,19 +258,24 @@ func (s *Store) fields(ctx context.Context, ids []string, key func(id string) st
 // Devices reads the registry entries and lost marks of ids in one round
 // trip; a missing entry is the zero Device.
 func (s *Store) Devices(ctx context.Context, ids []string) ([]Device, error) {
-	devs, _, err := s.devices(ctx, ids, false)
+	devs, _, err := s.devices(ctx, ids, nil)
 	return devs, err
 }
 
-// DevicesDeclared is Devices with the declarations of ids (see
-// Declaration), in the same round trip: what firing reads.
-func (s *Store) DevicesDeclared(ctx context.Context, ids []string) ([]Device, []Declaration, error) {
-	return s.devices(ctx, ids, true)
+// DevicesDeclared is Devices with the record (see Declaration) of each
+// device's deadline in deadlines (the zero Declaration if it has none), in
+// the same round trip: what firing reads.
+func (s *Store) DevicesDeclared(ctx context.Context, ids []string, deadlines []int64) ([]Device, []Declaration, error) {
+	if len(deadlines) != len(ids) {
+		return nil, nil, fmt.Errorf("shard: %d deadlines for %d devices", len(deadlines), len(ids))
+	}
+	return s.devices(ctx, ids, deadlines)
 }
 
-// devices reads the registry entries of ids, and their declarations with
-// decl, in one round trip.
-func (s *Store) devices(ctx context.Context, ids []string, decl bool) ([]Device, []Declaration, error) {
+// devices reads the registry entries of ids, and with deadlines the
+// records of those deadlines, in one round trip.
+func (s *Store) devices(ctx context.Context, ids []string, deadlines []int64) ([]Device, []Declaration, error) {
+	decl := deadlines != nil
 	if len(ids) == 0 {
 		return nil, nil, nil
 	}
@@ -309,7 +314,7 @@ func (s *Store) devices(ctx context.Context, ids []string, decl bool) ([]Device,
 		out[j].Group, _ = mine[2].ToString()
 		if decl {
 			if v, err := mine[3].ToString(); err == nil {
-				decls[j], _ = parseDeclaration(ids[j], v)
+				decls[j] = declarationFor(ids[j], v, deadlines[j])
 			}
 		}
 	}
