@@ -25,8 +25,9 @@
 //	family.go      the members of any family's ZSETs: Arm, Set, Score(s),
 //	               Remove, Size(s), a shard's head
 //	queues.go      the generic timers of named queues (family Timers):
-//	               the write fence, resets with payloads, Get, the payloads
-//	               of firing timers, fired marks for the crossing rule
+//	               the write fence, resets with payloads; QueueTimers
+//	               (Store.Timers): Get, payloads, the payloads of firing
+//	               timers, fired marks for the crossing rule
 //	queuemoves.go  generic timers across a doubling: writes that carry a
 //	               moved timer first, the carry, cancels
 //	timerrestore.go the generic timers after a loss: listed, dropped and
