@@ -42,9 +42,11 @@
 //	               membership (Heartbeat, Leave)
 //	watermark.go   Watermarks: the ingest watermark, its outages, ingest
 //	               members (the notices of its moves are in wake.go)
-//	registry.go    device types, sightings, lost marks
-//	lostmarks.go   the lost marks of a scanner's batch: marked before
-//	               publishing, undone when not published
+//	registry.go    device types, sightings, lost marks (Mark, Clear,
+//	               Of, All)
+//	lostmarks.go   LostMarks (Store.LostMarks); the lost marks of a
+//	               scanner's batch: marked before publishing, undone when
+//	               not published
 //	deadline.go    the rules of a device's deadline (the latest of its
 //	               scores) and of a lost mark that counts
 //	groups.go      device groups and each group's membership
