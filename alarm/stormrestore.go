@@ -60,7 +60,7 @@ func (a *Alarms) restoreLostSets(ctx context.Context, lost []dispatch.DeviceReco
 		for j, r := range recs {
 			ids[j] = r.ID
 		}
-		marks, err := a.store.LostMarks(ctx, ids)
+		marks, err := a.store.LostMarks().Of(ctx, ids)
 		if err != nil {
 			return fmt.Errorf("alarm: restore storm losses: %w", err)
 		}

@@ -92,7 +92,7 @@ func (r *runner) checkpoint(ctx context.Context) error {
 			lost[j].Deadline = dl
 		}
 		for lo := 0; lo < len(lost); lo += 1000 {
-			_, errs := store.MarkLostSwapMulti(ctx, lost[lo:min(lo+1000, len(lost))], time.Now().UnixMilli())
+			_, errs := store.LostMarks().SwapMulti(ctx, lost[lo:min(lo+1000, len(lost))], time.Now().UnixMilli())
 			for _, err := range errs {
 				if err != nil {
 					return err

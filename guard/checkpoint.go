@@ -32,7 +32,7 @@ func (g *Guard) checkpoint(ctx context.Context) error {
 		return err
 	}
 	marks := map[string][2]int64{}
-	err := g.o.Store.AllLostMarks(ctx, func(id string, dl, at int64) { marks[id] = [2]int64{dl, at} })
+	err := g.o.Store.LostMarks().All(ctx, func(id string, dl, at int64) { marks[id] = [2]int64{dl, at} })
 	if err != nil {
 		return err
 	}

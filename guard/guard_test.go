@@ -115,7 +115,7 @@ func TestRestoreFromRegistryAndStream(t *testing.T) {
 	r.add(t, []dispatch.DeviceRecord{{ID: "live"}, {ID: "typed", Type: "meter"},
 		{ID: "lost-in-registry", LostDeadline: 1000, LostAt: 1001}, {ID: "lost-in-stream"}, {ID: "came-back"}})
 	// Redis holds the mark the registry has (a checkpoint copies it).
-	if err := r.store.MarkLost(ctx, "lost-in-registry", 1000, 1001); err != nil {
+	if err := r.store.LostMarks().Mark(ctx, "lost-in-registry", 1000, 1001); err != nil {
 		t.Fatal(err)
 	}
 	// The stream has a loss the registry has not caught up with, and a
@@ -248,7 +248,7 @@ func TestCheckpointCopiesLostMarks(t *testing.T) {
 	ctx := t.Context()
 	g := r.guard(t)
 	r.add(t, []dispatch.DeviceRecord{{ID: "a"}, {ID: "b", LostDeadline: 7, LostAt: 8}})
-	if err := r.store.MarkLost(ctx, "a", 1000, 1001); err != nil {
+	if err := r.store.LostMarks().Mark(ctx, "a", 1000, 1001); err != nil {
 		t.Fatal(err)
 	}
 	defer r.run(t, g)()

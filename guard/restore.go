@@ -261,7 +261,7 @@ func (g *Guard) restoreDevices(ctx context.Context, s *shard.Store, t shard.Topo
 	for j, e := range lost {
 		ids[j] = e.ID
 	}
-	marks, err := s.LostMarks(ctx, ids)
+	marks, err := s.LostMarks().Of(ctx, ids)
 	if err != nil {
 		return err
 	}
@@ -307,7 +307,7 @@ func (g *Guard) recoveredInOutage(ctx context.Context, recs []dispatch.DeviceRec
 		}
 	}
 	thr := g.o.Thresholds.For(e.ID, typ)
-	if _, _, err := g.o.Store.Unchecked().ClearLost(ctx, e.ID, e.Deadline); err != nil {
+	if _, _, err := g.o.Store.Unchecked().LostMarks().Clear(ctx, e.ID, e.Deadline); err != nil {
 		g.o.Log.Warn("lost mark of a device that recovered during the outage not cleared", "device", e.ID, "err", err)
 	}
 	if g.o.Registry != nil {

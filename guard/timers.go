@@ -66,7 +66,7 @@ func (g *Guard) restoreTimers(ctx context.Context, un *shard.Store, t shard.Topo
 	}
 	rs := make([]shard.TimerReset, 0, min(len(live), restoreBatch))
 	flush := func() error {
-		err := un.RestoreTimers(ctx, t, rs)
+		err := un.Timers().Restore(ctx, t, rs)
 		if err == nil {
 			err = keep()
 		}
@@ -101,7 +101,7 @@ func dropStaleTimers(ctx context.Context, un *shard.Store, t shard.Topology, liv
 	n := 0
 	for i := range t.Shards {
 		var drop []string
-		err := un.TimerMembers(ctx, i, func(m string) bool {
+		err := un.Timers().Members(ctx, i, func(m string) bool {
 			q, _, ok := shard.SplitTimerMember(m)
 			if !ok || !durable(q) {
 				return true
@@ -112,7 +112,7 @@ func dropStaleTimers(ctx context.Context, un *shard.Store, t shard.Topology, liv
 			return true
 		})
 		if err == nil {
-			err = un.DropTimers(ctx, i, drop)
+			err = un.Timers().Drop(ctx, i, drop)
 		}
 		if err != nil {
 			return n, fmt.Errorf("guard: restore timers: %w", err)

@@ -103,7 +103,7 @@ func (p *pipeline) admit(b *batch, stale *map[string]bool) shard.Admit {
 				floor[s.id] = max(f, s.deadline-s.at+s.lo)
 			}
 		}
-		marks, err := p.store.LostMarks(ctx, ids)
+		marks, err := p.store.LostMarks().Of(ctx, ids)
 		if err != nil {
 			return nil, err
 		}

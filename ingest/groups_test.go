@@ -48,7 +48,7 @@ func TestGroupLevel(t *testing.T) {
 		if _, err := r.store.SetGroup(ctx, id, g); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.store.MarkLost(ctx, id, lostAt, lostAt+5); err != nil {
+		if err := r.store.LostMarks().Mark(ctx, id, lostAt, lostAt+5); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -167,7 +167,7 @@ func TestGroupsReachTheDurableRegistry(t *testing.T) {
 	if _, err := r.store.SetGroup(ctx, "moved", "gw-old"); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.store.MarkLost(ctx, "moved", lostAt, lostAt+5); err != nil {
+	if err := r.store.LostMarks().Mark(ctx, "moved", lostAt, lostAt+5); err != nil {
 		t.Fatal(err)
 	}
 	run := r.start(t, Options{Registry: reg})

@@ -508,7 +508,7 @@ func TestRecovery(t *testing.T) {
 	recovered := testenv.Record[dispatch.Recovered](t, r.nc, r.pub.Subjects().Prefix+".recovered.>")
 	ctx := context.Background()
 	lostDeadline := time.Now().Add(-time.Minute).UnixMilli()
-	if err := r.store.MarkLost(ctx, "v1", lostDeadline, lostDeadline+5); err != nil {
+	if err := r.store.LostMarks().Mark(ctx, "v1", lostDeadline, lostDeadline+5); err != nil {
 		t.Fatal(err)
 	}
 	run := r.start(t, Options{Topics: []string{"devices/+/+/signal"}, IDLevel: 2, TypeLevel: 1})

@@ -51,7 +51,7 @@ func TestBacklogDoesNotRecoverLaterLoss(t *testing.T) {
 		if _, err := r.store.Remove(ctx, shard.Deadlines, shard.Of(id, testShards), id); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.store.MarkLost(ctx, id, dl, dl+5); err != nil {
+		if err := r.store.LostMarks().Mark(ctx, id, dl, dl+5); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -66,7 +66,7 @@ func TestBacklogDoesNotRecoverLaterLoss(t *testing.T) {
 	if _, ok := r.deadline(t, "x"); ok {
 		t.Error("x is watched again: a signal older than its loss brought it back")
 	}
-	if marks, _ := r.store.LostMarks(ctx, []string{"x", "y"}); marks[0] != xLost || marks[1] != 0 {
+	if marks, _ := r.store.LostMarks().Of(ctx, []string{"x", "y"}); marks[0] != xLost || marks[1] != 0 {
 		t.Errorf("lost marks of x, y = %v, want [%d 0]", marks, xLost)
 	}
 	ev := recovered.Wait(t, 5*time.Second, "y's recovery", nil).Body
@@ -114,7 +114,7 @@ func TestBacklogWithoutEvidenceRecoversNothing(t *testing.T) {
 	if _, err := r.store.Remove(ctx, shard.Deadlines, shard.Of("w", testShards), "w"); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.store.MarkLost(ctx, "w", lost, lost); err != nil {
+	if err := r.store.LostMarks().Mark(ctx, "w", lost, lost); err != nil {
 		t.Fatal(err)
 	}
 	next := r.start(t, Options{ClientID: "late-b", Config: Config{ProbeInterval: time.Hour}})
@@ -141,7 +141,7 @@ func TestOldReadingDoesNotRecover(t *testing.T) {
 	dev := device(t, r.env.Mosquitto.URL)
 	now := time.Now()
 	lost := now.Add(-10 * time.Second).Add(thr).UnixMilli() // its last reading was 10s ago
-	if err := r.store.MarkLost(ctx, "p", lost, lost); err != nil {
+	if err := r.store.LostMarks().Mark(ctx, "p", lost, lost); err != nil {
 		t.Fatal(err)
 	}
 	ts := func(at time.Time) string { return fmt.Sprintf(`{"ts":%d}`, at.UnixMilli()) }
@@ -191,7 +191,7 @@ func TestRedeliveryIsNotNew(t *testing.T) {
 	lostConn := time.Now().Add(-time.Minute).UnixMilli()
 	run.src.breaks.noticed(lostConn)
 	lost := time.Now().Add(-time.Second).UnixMilli()
-	if err := r.store.MarkLost(ctx, "d", lost, lost); err != nil {
+	if err := r.store.LostMarks().Mark(ctx, "d", lost, lost); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"d", "fresh"} {

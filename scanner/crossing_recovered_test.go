@@ -39,7 +39,7 @@ func TestResetInNewShardAnnouncesRecovery(t *testing.T) {
 	if ev.ID != dispatch.RecoveredID(id, due) || ev.Device != id || ev.LostAt != due {
 		t.Errorf("recovered event %+v, want device %s lost at %d", ev, id, due)
 	}
-	if marks, _ := h.store.LostMarks(h.ctx, []string{id}); marks[0] != 0 {
+	if marks, _ := h.store.LostMarks().Of(h.ctx, []string{id}); marks[0] != 0 {
 		t.Errorf("lost mark %d left on a device that signalled again, want none", marks[0])
 	}
 	if got := h.lost.Bodies(of(id)); len(got) != 1 {

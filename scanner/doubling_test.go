@@ -584,7 +584,7 @@ func TestCrossingRule(t *testing.T) {
 	put(0, lower, d-50)
 	put(1, lower, d)
 	put(0, firedElsewhere, d)
-	if err := h.store.MarkLost(h.ctx, firedElsewhere, d+10, d+20); err != nil {
+	if err := h.store.LostMarks().Mark(h.ctx, firedElsewhere, d+10, d+20); err != nil {
 		t.Fatal(err)
 	}
 	put(0, alone, d)
@@ -706,7 +706,7 @@ func ownerDeadBetweenMarkAndPublish(t *testing.T, both bool) {
 	t.Cleanup(letGo) // before stopA, should the test fail meanwhile
 	<-held
 	proxy.Hold()
-	if marks, _ := h.store.LostMarks(h.ctx, []string{id}); marks[0] != due {
+	if marks, _ := h.store.LostMarks().Of(h.ctx, []string{id}); marks[0] != due {
 		t.Fatalf("lost mark %d before the publish, want %d", marks[0], due)
 	}
 

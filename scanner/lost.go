@@ -114,7 +114,7 @@ func (h *lost) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 	// The devices are marked lost before they are published, so that an
 	// entry gone from its shard is always marked; a mark whose event is
 	// not published is undone.
-	prev, marks := h.store.MarkLostSwapMulti(ctx, sent, firedAt)
+	prev, marks := h.store.LostMarks().SwapMulti(ctx, sent, firedAt)
 	replaced := make(map[string]shard.PrevMark, len(sent))
 	marked := make([]shard.Entry, 0, len(sent))
 	publish := make([]dispatch.Message, 0, len(sent))
@@ -220,7 +220,7 @@ func (h *lost) undo(ctx context.Context, es []shard.Entry, firedAt int64, replac
 	for j, e := range es {
 		prev[j] = replaced[e.ID]
 	}
-	for j, err := range h.store.UnmarkLostMulti(context.WithoutCancel(ctx), es, firedAt, prev) {
+	for j, err := range h.store.LostMarks().UnmarkMulti(context.WithoutCancel(ctx), es, firedAt, prev) {
 		if err != nil {
 			h.log.Warn("lost mark of an unpublished event not undone", "device", es[j].ID, "err", err)
 		}
@@ -277,7 +277,7 @@ func (h *lost) Revived(ctx context.Context, fired, revived shard.Entry) error {
 		cleared bool
 	)
 	err := h.retry(ctx, "lost mark not cleared", id, func() (err error) {
-		dev, cleared, err = h.store.ClearLost(ctx, id, fired.Deadline)
+		dev, cleared, err = h.store.LostMarks().Clear(ctx, id, fired.Deadline)
 		return err
 	})
 	if err != nil || !cleared {

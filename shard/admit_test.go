@@ -109,10 +109,10 @@ func TestWriterAdmitsAcrossAReplace(t *testing.T) {
 // admission rests on.
 func TestLostMarks(t *testing.T) {
 	ctx, s := newStore(t)
-	if err := s.MarkLost(ctx, "x", 1234, 1300); err != nil {
+	if err := s.LostMarks().Mark(ctx, "x", 1234, 1300); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.LostMarks(ctx, []string{"y", "x"})
+	got, err := s.LostMarks().Of(ctx, []string{"y", "x"})
 	if err != nil || !slices.Equal(got, []int64{0, 1234}) {
 		t.Errorf("got %v, %v; want [0 1234]", got, err)
 	}

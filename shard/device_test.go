@@ -189,7 +189,7 @@ func TestLeftoverMarkIsNotLost(t *testing.T) {
 			t.Errorf("lost = %v, want %v: %+v", v.Lost, want, v)
 		}
 	}
-	if err := s.MarkLost(ctx, id, d, d); err != nil {
+	if err := s.LostMarks().Mark(ctx, id, d, d); err != nil {
 		t.Fatal(err)
 	}
 	lost(true) // absent and marked

@@ -25,8 +25,9 @@
 //	family.go      the members of any family's ZSETs: Arm, Set, Score(s),
 //	               Remove, Size(s), a shard's head
 //	queues.go      the generic timers of named queues (family Timers):
-//	               the write fence, resets with payloads, Get, the payloads
-//	               of firing timers, fired marks for the crossing rule
+//	               the write fence, resets with payloads; QueueTimers
+//	               (Store.Timers): Get, payloads, the payloads of firing
+//	               timers, fired marks for the crossing rule
 //	queuemoves.go  generic timers across a doubling: writes that carry a
 //	               moved timer first, the carry, cancels
 //	timerrestore.go the generic timers after a loss: listed, dropped and
@@ -41,9 +42,11 @@
 //	               membership (Heartbeat, Leave)
 //	watermark.go   Watermarks: the ingest watermark, its outages, ingest
 //	               members (the notices of its moves are in wake.go)
-//	registry.go    device types, sightings, lost marks
-//	lostmarks.go   the lost marks of a scanner's batch: marked before
-//	               publishing, undone when not published
+//	registry.go    device types, sightings, lost marks (Mark, Clear,
+//	               Of, All)
+//	lostmarks.go   LostMarks (Store.LostMarks); the lost marks of a
+//	               scanner's batch: marked before publishing, undone when
+//	               not published
 //	deadline.go    the rules of a device's deadline (the latest of its
 //	               scores) and of a lost mark that counts
 //	groups.go      device groups and each group's membership

@@ -22,7 +22,7 @@ func TestFleetCounts(t *testing.T) {
 		upsert(t, s, i, es...)
 	}
 	for j := range 37 {
-		if err := s.MarkLost(ctx, fmt.Sprintf("gone-%d", j), 1000, 2000); err != nil {
+		if err := s.LostMarks().Mark(ctx, fmt.Sprintf("gone-%d", j), 1000, 2000); err != nil {
 			t.Fatal(err)
 		}
 	}

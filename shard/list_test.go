@@ -152,7 +152,7 @@ func TestPagingWatchedUnderSignals(t *testing.T) {
 	for k := range stale {
 		stale[k] = shard.Entry{ID: ids[k], Deadline: base - 60_000}
 	}
-	_, errs := s.MarkLostSwapMulti(ctx, append(lost, stale...), base-59_000)
+	_, errs := s.LostMarks().SwapMulti(ctx, append(lost, stale...), base-59_000)
 	for _, err := range errs {
 		if err != nil {
 			t.Fatal(err)

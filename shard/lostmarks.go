@@ -8,6 +8,16 @@ import (
 	"github.com/redis/rueidis"
 )
 
+// LostMarks is the marks of devices declared lost, each the deadline it was
+// lost at and when, kept by registry partition: a scanner marks before it
+// publishes and undoes what it could not publish, a revived device's mark
+// is cleared, ingest and the alarms read them, the guard keeps them in its
+// checkpoint. Mark, Clear, Of and All are in registry.go.
+type LostMarks struct{ s *Store }
+
+// LostMarks returns the lost marks' operations.
+func (s *Store) LostMarks() LostMarks { return LostMarks{s} }
+
 // The lost marks a scanner writes before it publishes a batch's lost
 // events, and undoes for the events it could not publish: one script run
 // per Redis slot.
@@ -26,28 +36,28 @@ for j = 1, #KEYS do
 end
 return out`)
 
-// PrevMark is the lost mark a MarkLostSwapMulti replaced (zero if none).
+// PrevMark is the lost mark a SwapMulti replaced (zero if none).
 type PrevMark struct{ Deadline, At int64 }
 
-// MarkLostSwapMulti marks each device of lost lost at its deadline, as
-// MarkLost does, and returns the marks it replaced, in one round trip: a
+// SwapMulti marks each device of lost lost at its deadline, as
+// Mark does, and returns the marks it replaced, in one round trip: a
 // scanner learns which of its deadlines an earlier owner already marked
 // (and so may have published). Each slot's devices are swapped by one
 // script run (see bySlot).
-func (s *Store) MarkLostSwapMulti(ctx context.Context, lost []Entry, at int64) ([]PrevMark, []error) {
-	groups := s.bySlot(lost)
+func (m LostMarks) SwapMulti(ctx context.Context, lost []Entry, at int64) ([]PrevMark, []error) {
+	groups := m.s.bySlot(lost)
 	execs := make([]rueidis.LuaExec, len(groups))
 	for g, js := range groups {
 		execs[g] = rueidis.LuaExec{Keys: make([]string, len(js)), Args: make([]string, 0, 2*len(js))}
 		for k, j := range js {
 			e := lost[j]
-			execs[g].Keys[k] = s.k.Lost(e.ID)
+			execs[g].Keys[k] = m.s.k.Lost(e.ID)
 			execs[g].Args = append(execs[g].Args, e.ID, lostMark(e.Deadline, at))
 		}
 	}
 	prev := make([]PrevMark, len(lost))
 	errs := make([]error, len(lost))
-	for g, r := range swapLostScript.execMulti(ctx, s.c, execs...) {
+	for g, r := range swapLostScript.execMulti(ctx, m.s.c, execs...) {
 		vs, err := r.messages()
 		if err == nil && len(vs) != len(groups[g]) {
 			err = errors.New("unexpected reply")
@@ -91,12 +101,12 @@ for j = 1, #KEYS do
 end
 return out`)
 
-// UnmarkLostMulti undoes MarkLostSwapMulti(lost, at) for each entry whose
+// UnmarkMulti undoes SwapMulti(lost, at) for each entry whose
 // mark is still the one that call wrote, putting back prev[j], the mark it
 // replaced; one round trip, one error per entry. A scanner undoes the marks
 // of events it could not publish.
-func (s *Store) UnmarkLostMulti(ctx context.Context, lost []Entry, at int64, prev []PrevMark) []error {
-	groups := s.bySlot(lost)
+func (m LostMarks) UnmarkMulti(ctx context.Context, lost []Entry, at int64, prev []PrevMark) []error {
+	groups := m.s.bySlot(lost)
 	execs := make([]rueidis.LuaExec, len(groups))
 	for g, js := range groups {
 		execs[g] = rueidis.LuaExec{Keys: make([]string, len(js)), Args: make([]string, 0, 3*len(js))}
@@ -105,12 +115,12 @@ func (s *Store) UnmarkLostMulti(ctx context.Context, lost []Entry, at int64, pre
 			if p := prev[j]; p.Deadline != 0 || p.At != 0 {
 				back = lostMark(p.Deadline, p.At)
 			}
-			execs[g].Keys[k] = s.k.Lost(e.ID)
+			execs[g].Keys[k] = m.s.k.Lost(e.ID)
 			execs[g].Args = append(execs[g].Args, e.ID, lostMark(e.Deadline, at), back)
 		}
 	}
 	errs := make([]error, len(lost))
-	for g, r := range unmarkLostScript.execMulti(ctx, s.c, execs...) {
+	for g, r := range unmarkLostScript.execMulti(ctx, m.s.c, execs...) {
 		if err := r.Error(); err != nil {
 			for _, j := range groups[g] {
 				errs[j] = fmt.Errorf("shard: undo lost mark: %w", err)

@@ -346,11 +346,11 @@ func timerShards(t Topology, member string) []int {
 	return out
 }
 
-// MovedTimers returns the generic timers of shard i that belong to another
+// Moved returns the generic timers of shard i that belong to another
 // shard among n (moved by the doubling that drains), at most about limit.
-func (s *Store) MovedTimers(ctx context.Context, i, n, limit int) ([]string, error) {
+func (q QueueTimers) Moved(ctx context.Context, i, n, limit int) ([]string, error) {
 	var out []string
-	err := s.scanMembers(ctx, s.k.Timers(Timers, i), func(m string) bool {
+	err := q.s.scanMembers(ctx, q.s.k.Timers(Timers, i), func(m string) bool {
 		if Of(m, n) != i {
 			out = append(out, m)
 		}

@@ -93,7 +93,7 @@ func TestTimerMoveLosesToConcurrentWrites(t *testing.T) {
 		if err := <-moved; err != nil {
 			t.Fatalf("%s: move: %v", c.name, err)
 		}
-		tm, ok, err := s.GetTimer(ctx, m)
+		tm, ok, err := s.Timers().Get(ctx, m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,7 +141,7 @@ func TestStaleWriterSetLandsWhereTheTimerIs(t *testing.T) {
 	if err := stale.ResetTimers(ctx, []shard.TimerReset{{Member: m, Deadline: set, Set: true, Payload: []byte(`"new"`)}}); err != nil {
 		t.Fatal(err)
 	}
-	tm, ok, err := s.GetTimer(ctx, m)
+	tm, ok, err := s.Timers().Get(ctx, m)
 	if err != nil || !ok || tm.Deadline != set || string(tm.Payload) != `"new"` {
 		t.Errorf("after a set by a process that had not seen the doubling: %+v %v %v, want deadline %d with payload \"new\"", tm, ok, err, set)
 	}

@@ -17,6 +17,15 @@ import (
 // payload HASH (Keys.TimerPayloads), so a timer without one costs what a
 // device deadline costs.
 
+// QueueTimers is the generic timers of an installation's named queues, read
+// and dropped outside the engine's claims: a timer by its member, payloads,
+// the marks of timers firing and fired, and what a doubling or a restore
+// moves. The timer role and the guard use it.
+type QueueTimers struct{ s *Store }
+
+// Timers returns the generic timers' operations.
+func (s *Store) Timers() QueueTimers { return QueueTimers{s} }
+
 // TimerMember is the member of timer id of queue. A queue name never holds
 // '/', so the first '/' splits it back.
 func TimerMember(queue, id string) string { return queue + "/" + id }
@@ -183,21 +192,21 @@ type Timer struct {
 	Payload  []byte // nil: none
 }
 
-// GetTimer returns the timer of member, and false if there is none. While a
+// Get returns the timer of member, and false if there is none. While a
 // doubling drains it is the later of its copies, as the crossing rule fires
 // it.
-func (s *Store) GetTimer(ctx context.Context, member string) (Timer, bool, error) {
-	t, err := s.Topology(ctx)
+func (q QueueTimers) Get(ctx context.Context, member string) (Timer, bool, error) {
+	t, err := q.s.Topology(ctx)
 	if err != nil {
 		return Timer{}, false, err
 	}
 	shards := timerShards(t, member)
 	cmds := make(rueidis.Commands, 0, 2*len(shards))
 	for _, i := range shards {
-		cmds = append(cmds, s.c.B().Zscore().Key(s.k.Timers(Timers, i)).Member(member).Build(),
-			s.c.B().Hget().Key(s.k.TimerPayloads(i)).Field(member).Build())
+		cmds = append(cmds, q.s.c.B().Zscore().Key(q.s.k.Timers(Timers, i)).Member(member).Build(),
+			q.s.c.B().Hget().Key(q.s.k.TimerPayloads(i)).Field(member).Build())
 	}
-	rs := s.c.DoMulti(ctx, cmds...)
+	rs := q.s.c.DoMulti(ctx, cmds...)
 	var (
 		out   Timer
 		found bool
@@ -225,13 +234,13 @@ func (s *Store) GetTimer(ctx context.Context, member string) (Timer, bool, error
 	return out, found, nil
 }
 
-// TimerPayloads returns the payload of each member of shard i (nil where it
+// Payloads returns the payload of each member of shard i (nil where it
 // has none), in one round trip.
-func (s *Store) TimerPayloads(ctx context.Context, i int, members []string) ([][]byte, error) {
+func (q QueueTimers) Payloads(ctx context.Context, i int, members []string) ([][]byte, error) {
 	if len(members) == 0 {
 		return nil, nil
 	}
-	vs, err := s.c.Do(ctx, s.c.B().Hmget().Key(s.k.TimerPayloads(i)).Field(members...).Build()).ToArray()
+	vs, err := q.s.c.Do(ctx, q.s.c.B().Hmget().Key(q.s.k.TimerPayloads(i)).Field(members...).Build()).ToArray()
 	if err != nil {
 		return nil, fmt.Errorf("shard: timer payloads of shard %d: %w", i, err)
 	}
@@ -279,7 +288,7 @@ const firingKeep = time.Hour
 // FiringPayloads returns, for timers of shard i claimed due at their
 // deadlines es, the payload of each (nil where it has none), and which
 // changed since the claim (firing them now would fire a stale timer).
-func (s *Store) FiringPayloads(ctx context.Context, i int, es []Entry) (payloads [][]byte, changed []bool, err error) {
+func (q QueueTimers) FiringPayloads(ctx context.Context, i int, es []Entry) (payloads [][]byte, changed []bool, err error) {
 	if len(es) == 0 {
 		return nil, nil, nil
 	}
@@ -288,7 +297,7 @@ func (s *Store) FiringPayloads(ctx context.Context, i int, es []Entry) (payloads
 	for _, e := range es {
 		args = append(args, e.ID, strconv.FormatInt(e.Deadline, 10))
 	}
-	vs, err := firingScript.exec(ctx, s.c, []string{s.k.Timers(Timers, i), s.k.TimerPayloads(i), s.k.TimersFiring(i)}, args).AsStrSlice()
+	vs, err := firingScript.exec(ctx, q.s.c, []string{q.s.k.Timers(Timers, i), q.s.k.TimerPayloads(i), q.s.k.TimersFiring(i)}, args).AsStrSlice()
 	if err == nil && len(vs) != len(es) {
 		err = fmt.Errorf("%d answers for %d timers", len(vs), len(es))
 	}
@@ -312,23 +321,23 @@ func (s *Store) FiringPayloads(ctx context.Context, i int, es []Entry) (payloads
 // doubling drains.
 const firedKeep = 24 * time.Hour
 
-// MarkTimersFired records that each timer of es fired at its deadline, for
-// the crossing rule while a doubling drains (see TimersFired).
-func (s *Store) MarkTimersFired(ctx context.Context, es []Entry) error {
+// MarkFired records that each timer of es fired at its deadline, for
+// the crossing rule while a doubling drains (see Fired).
+func (q QueueTimers) MarkFired(ctx context.Context, es []Entry) error {
 	by := make(map[string][]Entry)
 	for _, e := range es {
-		k := s.k.TimersFired(e.ID)
+		k := q.s.k.TimersFired(e.ID)
 		by[k] = append(by[k], e)
 	}
 	cmds := make(rueidis.Commands, 0, 2*len(by))
 	for k, es := range by {
-		h := s.c.B().Hset().Key(k).FieldValue()
+		h := q.s.c.B().Hset().Key(k).FieldValue()
 		for _, e := range es {
 			h = h.FieldValue(e.ID, strconv.FormatInt(e.Deadline, 10))
 		}
-		cmds = append(cmds, h.Build(), s.c.B().Pexpire().Key(k).Milliseconds(firedKeep.Milliseconds()).Build())
+		cmds = append(cmds, h.Build(), q.s.c.B().Pexpire().Key(k).Milliseconds(firedKeep.Milliseconds()).Build())
 	}
-	for _, r := range s.c.DoMulti(ctx, cmds...) {
+	for _, r := range q.s.c.DoMulti(ctx, cmds...) {
 		if err := r.Error(); err != nil {
 			return fmt.Errorf("shard: mark timers fired: %w", err)
 		}
@@ -336,15 +345,15 @@ func (s *Store) MarkTimersFired(ctx context.Context, es []Entry) error {
 	return nil
 }
 
-// TimersFired returns, for each member, the deadline at which it last
+// Fired returns, for each member, the deadline at which it last
 // fired while a doubling drained (0 if none known).
-func (s *Store) TimersFired(ctx context.Context, members []string) ([]int64, error) {
+func (q QueueTimers) Fired(ctx context.Context, members []string) ([]int64, error) {
 	cmds := make(rueidis.Commands, len(members))
 	for j, m := range members {
-		cmds[j] = s.c.B().Hget().Key(s.k.TimersFired(m)).Field(m).Build()
+		cmds[j] = q.s.c.B().Hget().Key(q.s.k.TimersFired(m)).Field(m).Build()
 	}
 	out := make([]int64, len(members))
-	for j, r := range s.c.DoMulti(ctx, cmds...) {
+	for j, r := range q.s.c.DoMulti(ctx, cmds...) {
 		v, err := r.AsInt64()
 		switch {
 		case err == nil:

@@ -166,9 +166,9 @@ func (s *Store) SeenMulti(ctx context.Context, ss []Sighting, now int64) []Sight
 	return ss
 }
 
-// MarkLost records that id was declared lost at deadline.
-func (s *Store) MarkLost(ctx context.Context, id string, deadline, at int64) error {
-	err := s.c.Do(ctx, s.c.B().Hset().Key(s.k.Lost(id)).FieldValue().FieldValue(id, lostMark(deadline, at)).Build()).Error()
+// Mark records that id was declared lost at deadline.
+func (m LostMarks) Mark(ctx context.Context, id string, deadline, at int64) error {
+	err := m.s.c.Do(ctx, m.s.c.B().Hset().Key(m.s.k.Lost(id)).FieldValue().FieldValue(id, lostMark(deadline, at)).Build()).Error()
 	if err != nil {
 		return fmt.Errorf("shard: mark device lost: %w", err)
 	}
@@ -190,10 +190,10 @@ if tonumber(string.match(lost, '^%-?%d+')) ~= tonumber(ARGV[2]) then return fals
 redis.call('HDEL', KEYS[1], ARGV[1])
 return {redis.call('HGET', KEYS[2], ARGV[1]) or false, lost, redis.call('HGET', KEYS[3], ARGV[1]) or false}`)
 
-// ClearLost clears id's lost mark if it is the one set for deadline, and
+// Clear clears id's lost mark if it is the one set for deadline, and
 // returns the device as it was; ok is false if there was no such mark.
-func (s *Store) ClearLost(ctx context.Context, id string, deadline int64) (prev Device, ok bool, err error) {
-	v, err := clearLostScript.exec(ctx, s.c, []string{s.k.Lost(id), s.k.Registry(id), s.k.Group(id)},
+func (m LostMarks) Clear(ctx context.Context, id string, deadline int64) (prev Device, ok bool, err error) {
+	v, err := clearLostScript.exec(ctx, m.s.c, []string{m.s.k.Lost(id), m.s.k.Registry(id), m.s.k.Group(id)},
 		[]string{id, strconv.FormatInt(deadline, 10)}).tuple(3)
 	if rueidis.IsRedisNil(err) {
 		return Device{}, false, nil
@@ -205,7 +205,7 @@ func (s *Store) ClearLost(ctx context.Context, id string, deadline int64) (prev 
 	}
 	if err == nil {
 		devs := []Device{prev}
-		err = s.decodeTypes(ctx, devs, []string{code})
+		err = m.s.decodeTypes(ctx, devs, []string{code})
 		prev = devs[0]
 	}
 	if err != nil {
@@ -214,11 +214,11 @@ func (s *Store) ClearLost(ctx context.Context, id string, deadline int64) (prev 
 	return prev, true, nil
 }
 
-// LostMarks reads, in one round trip, the deadline each id of ids was
+// Of reads, in one round trip, the deadline each id of ids was
 // declared lost at (0 if it is not marked lost). A mark that does not parse
 // reads as 0: it is no evidence of a loss.
-func (s *Store) LostMarks(ctx context.Context, ids []string) ([]int64, error) {
-	vs, err := s.fields(ctx, ids, s.k.Lost, "read lost marks")
+func (m LostMarks) Of(ctx context.Context, ids []string) ([]int64, error) {
+	vs, err := m.s.fields(ctx, ids, m.s.k.Lost, "read lost marks")
 	if err != nil {
 		return nil, err
 	}
@@ -366,9 +366,9 @@ func (s *Store) forget(ctx context.Context, id string) error {
 	return nil
 }
 
-// AllLostMarks calls fn with every lost mark, partition by partition.
-func (s *Store) AllLostMarks(ctx context.Context, fn func(id string, deadline, at int64)) error {
-	return s.scanParts(ctx, "lost", func(id, v string) {
+// All calls fn with every lost mark, partition by partition.
+func (m LostMarks) All(ctx context.Context, fn func(id string, deadline, at int64)) error {
+	return m.s.scanParts(ctx, "lost", func(id, v string) {
 		if dl, at, err := parseLostMark(v); err == nil {
 			fn(id, dl, at)
 		}

@@ -15,7 +15,7 @@ import (
 // is cleared and handed back once.
 func TestSeenMulti(t *testing.T) {
 	ctx, s := newStore(t)
-	if err := s.MarkLost(ctx, "was-lost", 1234, 1300); err != nil {
+	if err := s.LostMarks().Mark(ctx, "was-lost", 1234, 1300); err != nil {
 		t.Fatal(err)
 	}
 	ss := s.SeenMulti(ctx, []shard.Sighting{{ID: "typed", Type: "sensor"}, {ID: "plain"}, {ID: "was-lost"}}, 5000)
@@ -65,11 +65,11 @@ func checkLostMarkBatches(ctx context.Context, t *testing.T, s *shard.Store) {
 	}
 	// Every third device already carries an earlier owner's mark.
 	for j := 0; j < n; j += 3 {
-		if err := s.MarkLost(ctx, es[j].ID, es[j].Deadline, 50); err != nil {
+		if err := s.LostMarks().Mark(ctx, es[j].ID, es[j].Deadline, 50); err != nil {
 			t.Fatal(err)
 		}
 	}
-	prev, errs := s.MarkLostSwapMulti(ctx, es, 77)
+	prev, errs := s.LostMarks().SwapMulti(ctx, es, 77)
 	for j, err := range errs {
 		if err != nil {
 			t.Fatalf("swap %s: %v", es[j].ID, err)
@@ -83,10 +83,10 @@ func checkLostMarkBatches(ctx context.Context, t *testing.T, s *shard.Store) {
 		}
 	}
 	// A later owner marked device 1 since: its mark must survive the undo.
-	if err := s.MarkLost(ctx, es[1].ID, es[1].Deadline, 99); err != nil {
+	if err := s.LostMarks().Mark(ctx, es[1].ID, es[1].Deadline, 99); err != nil {
 		t.Fatal(err)
 	}
-	for j, err := range s.UnmarkLostMulti(ctx, es, 77, prev) {
+	for j, err := range s.LostMarks().UnmarkMulti(ctx, es, 77, prev) {
 		if err != nil {
 			t.Fatalf("undo %s: %v", es[j].ID, err)
 		}

@@ -72,7 +72,7 @@ func (s *Store) KnownDevices(ctx context.Context, t Topology) (map[string]*Known
 	if err != nil {
 		return nil, err
 	}
-	err = s.AllLostMarks(ctx, func(id string, dl, at int64) {
+	err = s.LostMarks().All(ctx, func(id string, dl, at int64) {
 		k := get(id)
 		k.LostDeadline, k.LostAt = dl, at
 	})

@@ -35,7 +35,7 @@ func (h *fire) Fence(ctx context.Context, l shard.Lease) (uint64, error) {
 // drains, each published one is then marked fired for the crossing rule.
 func (h *fire) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, moves []shard.Move, err error) {
 	s := h.svc
-	payloads, changed, err := s.fires.FiringPayloads(ctx, b.Shard, b.Due)
+	payloads, changed, err := s.fires.Timers().FiringPayloads(ctx, b.Shard, b.Due)
 	if err != nil {
 		return nil, nil, fmt.Errorf("timer: shard %d: %w", b.Shard, err)
 	}
@@ -93,7 +93,7 @@ func (h *fire) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 		if !b.Held() {
 			return nil, nil, fmt.Errorf("timer: shard %d: lease ran out before marking: %w", b.Shard, queue.ErrFenced)
 		}
-		if merr := s.fires.MarkTimersFired(ctx, published); merr != nil {
+		if merr := s.fires.Timers().MarkFired(ctx, published); merr != nil {
 			// Not removed: claimed and published again, which
 			// de-duplication drops, and marked then.
 			return handled, moves, fmt.Errorf("timer: shard %d: %w", b.Shard, merr)
@@ -111,7 +111,7 @@ func (h *fire) Fire(ctx context.Context, b queue.Batch) (handled []shard.Entry, 
 // drained: a timer is marked once its event is stored, before its copy is
 // removed.
 func (h *fire) Fired(ctx context.Context, ids []string) ([]int64, error) {
-	return h.svc.fires.TimersFired(ctx, ids)
+	return h.svc.fires.Timers().Fired(ctx, ids)
 }
 
 // Revived needs nothing: a reset that landed after its timer was claimed
@@ -231,7 +231,7 @@ func (s *Service) moveLongTimers(ctx context.Context) error {
 			if i >= top.Prev {
 				continue
 			}
-			members, err := s.fires.MovedTimers(ctx, i, top.Shards, moveMax)
+			members, err := s.fires.Timers().Moved(ctx, i, top.Shards, moveMax)
 			for len(members) > 0 && err == nil {
 				chunk := members[:min(len(members), 1000)]
 				members = members[len(chunk):]

@@ -134,7 +134,7 @@ func TestJournalMatchesRedisUnderRacingWriters(t *testing.T) {
 	wrong := 0
 	for k := range timers {
 		m := fmt.Sprintf("orders/%d", k)
-		tm, ok, err := h.store.GetTimer(ctx, m)
+		tm, ok, err := h.store.Timers().Get(ctx, m)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -164,7 +164,7 @@ func (s *Service) Get(ctx context.Context, queue, id string) (Timer, bool, error
 	if err := CheckQueue(queue); err != nil {
 		return Timer{}, false, err
 	}
-	t, ok, err := s.store.GetTimer(ctx, shard.TimerMember(queue, id))
+	t, ok, err := s.store.Timers().Get(ctx, shard.TimerMember(queue, id))
 	if err != nil || !ok {
 		return Timer{}, false, err
 	}

@@ -169,7 +169,7 @@ func TestCancelBeforeDeadlineFiresNothing(t *testing.T) {
 		t.Fatal("a second cancel found the timer")
 	}
 	testenv.Never(t, time.Until(time.UnixMilli(tr.Deadline))+time.Second, "an event of a cancelled timer", func() bool { return h.fired.Len() > 0 })
-	if p, _ := h.store.TimerPayloads(t.Context(), shard.Of(tr.Member, 2), []string{tr.Member}); p[0] != nil {
+	if p, _ := h.store.Timers().Payloads(t.Context(), shard.Of(tr.Member, 2), []string{tr.Member}); p[0] != nil {
 		t.Fatalf("payload %s left", p[0])
 	}
 }
