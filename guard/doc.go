@@ -32,6 +32,8 @@
 //   - restart.go: how each Redis process persists, and the proof that a
 //     restart kept everything acknowledged.
 //   - restore.go: the restore of Redis from the durable registry;
+//     restore_history.go: the stream's recent losses and recoveries it
+//     reads first;
 //     restore_alarms.go: its last step, the storms and alarm states put
 //     back, and the restore lock kept while it runs.
 //   - restore_types.go: the thresholds set per device type at run time,
