@@ -52,16 +52,22 @@ func newAlertmanager(base string, endsAfter time.Duration, client *http.Client) 
 func (am *alertmanager) wants(n Notification) bool { return n.Test || n.Alarm != nil }
 
 func (am *alertmanager) deliver(ctx context.Context, n Notification) error {
-	now := am.p.now()
+	alerts := am.alerts(n, am.p.now())
+	if len(alerts) == 0 {
+		return nil
+	}
+	return am.p.postJSON(ctx, am.url, alerts, nil)
+}
+
+// alerts are what one POST sends for n at now.
+func (am *alertmanager) alerts(n Notification, now time.Time) []amAlert {
 	if n.Test {
-		return am.p.postJSON(ctx, am.url, []amAlert{{
-			Labels: map[string]string{"alertname": alertTest, "test_id": n.ID},
-			Annotations: map[string]string{
-				"summary": "Test from sigwatch: this is not an alarm",
-			},
-			StartsAt: amTime(now),
-			EndsAt:   amTime(now.Add(testEndsAfter)),
-		}}, nil)
+		return []amAlert{{
+			Labels:      map[string]string{"alertname": alertTest, "test_id": n.ID},
+			Annotations: map[string]string{"summary": "Test from sigwatch: this is not an alarm"},
+			StartsAt:    amTime(now),
+			EndsAt:      amTime(now.Add(testEndsAfter)),
+		}}
 	}
 	if n.Alarm == nil {
 		return nil
@@ -80,20 +86,17 @@ func (am *alertmanager) deliver(ctx context.Context, n Notification) error {
 		x.EndsAt = amTime(maxTime(now, time.UnixMilli(a.Since)))
 		return x
 	}
-	var alerts []amAlert
 	switch a.State {
 	case Acked:
 		// The un-acked alert ends and the acked one fires: one POST, so
 		// that no moment shows neither.
-		alerts = []amAlert{end(open), acked}
+		return []amAlert{end(open), acked}
 	case stateResolved:
 		// Whether or not it was acked: resolving a label set that never
 		// fired is harmless to Alertmanager, and needs no memory here.
-		alerts = []amAlert{end(open), end(acked)}
-	default:
-		alerts = []amAlert{open}
+		return []amAlert{end(open), end(acked)}
 	}
-	return am.p.postJSON(ctx, am.url, alerts, nil)
+	return []amAlert{open}
 }
 
 // amLabels identifies an alarm's alert; its state is not a label, so that
