@@ -69,5 +69,8 @@ type RefusedError struct {
 }
 
 func (e *RefusedError) Error() string {
+	if e.Status == 0 {
+		return e.Body // refused before it was sent
+	}
 	return fmt.Sprintf("refused with %d: %s", e.Status, e.Body)
 }
