@@ -69,3 +69,17 @@ func TestWebhookTestBody(t *testing.T) {
 		t.Fatalf("got %+v", got)
 	}
 }
+
+// TestWebhookStormIsOneCall: a group alarm over 1,000 devices is one call
+// whose body is the alarm as published.
+func TestWebhookStormIsOneCall(t *testing.T) {
+	secret := webhooks.NewSecret()
+	wr := testenv.NewWebhookReceiver(t, secret)
+	d := newWebhook(wr.URL(), []webhooks.Secret{secret}, testClient(t, 2*time.Second))
+	n := groupNote(1000)
+	send(t, d, n)
+	want, _ := json.Marshal(n.Alarm)
+	if got := wr.Deliveries(); len(got) != 1 || len(wr.Calls()) != 1 || !bytes.Equal(got[0].Body, want) {
+		t.Fatalf("got %d deliveries in %d calls, want 1 with %s", len(got), len(wr.Calls()), want)
+	}
+}
