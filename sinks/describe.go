@@ -41,21 +41,21 @@ func scope(a *dispatch.Alarm) string {
 }
 
 // alarmKey is the id of the alarm a notification belongs to, the same for
-// all its notifications: the scope of its id, <device>@<since> (a scope
-// alarm's device being its reserved storm id), without /<state>/<count>.
+// all its notifications: the scope of its id, <device>@<since>, without
+// what follows (/<state>/<count>). A scope alarm's "device" is its
+// reserved storm id, which only its notification's id spells.
 func alarmKey(a *dispatch.Alarm) string {
-	if i := strings.LastIndexByte(a.ID, '/'); i > 0 {
-		if j := strings.LastIndexByte(a.ID[:i], '/'); j > 0 {
-			return a.ID[:j]
-		}
+	if a.Device != "" {
+		return dispatch.LostID(a.Device, a.Since)
 	}
-	// Not a notification's id: build the same shape from its fields.
-	who := a.Device
-	switch scope(a) {
-	case scopeGroup:
+	at := "@" + strconv.FormatInt(a.Since, 10)
+	if i := strings.LastIndex(a.ID, at+"/"); i > 0 {
+		return a.ID[:i+len(at)]
+	}
+	// Not a notification's id: a key of the same shape from the fields.
+	who := "fleet"
+	if a.Group != "" {
 		who = "group:" + a.Group
-	case scopeFleet:
-		who = "fleet"
 	}
 	return dispatch.LostID(who, a.Since)
 }

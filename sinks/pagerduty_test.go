@@ -110,3 +110,25 @@ func TestPagerDutyOutcomes(t *testing.T) {
 		t.Errorf("over the rate: got %v, want a retry", err)
 	}
 }
+
+// TestDedupKeyIsTheAlarm: every notification of one alarm has one key,
+// whatever its id adds after the alarm's scope.
+func TestDedupKeyIsTheAlarm(t *testing.T) {
+	g := groupNote(3).Alarm
+	ack := *g
+	ack.ID, ack.State = strings.Replace(g.ID, "/raised/1", "/acked/1/1999", 1), Acked
+	d := deviceNote(Acked, "", 2).Alarm
+	d.ID += "/extra"
+	for _, c := range []struct {
+		a    *dispatch.Alarm
+		want string
+	}{
+		{g, "$sigwatch-storm/group:gw-7@" + itoa(since)},
+		{&ack, "$sigwatch-storm/group:gw-7@" + itoa(since)},
+		{d, "dev-1@" + itoa(since)},
+	} {
+		if got := pdDedupKey(c.a); got != c.want {
+			t.Errorf("id %s: got %q, want %q", c.a.ID, got, c.want)
+		}
+	}
+}
