@@ -89,10 +89,14 @@ func (s *sink) handle(ctx context.Context, msg dispatch.SinkMsg) (disabled bool)
 	first := s.now()
 	for attempt := 1; ; attempt++ {
 		if err := s.st.pace(ctx, s.cfg.rate(), s.m.budgetWait(s.cfg.Name)); err != nil {
-			if ctx.Err() != nil {
+			// Without Redis the budget cannot be kept across replicas:
+			// wait for it rather than send past it.
+			if ctx.Err() != nil || !s.hold(ctx, msg, time.Second) {
 				_ = msg.Release()
 				return false
 			}
+			s.failing(fmt.Errorf("the budget is kept in Redis, which does not answer: %w", err))
+			continue
 		}
 		start := s.now()
 		err := s.drv.deliver(ctx, n)
@@ -214,6 +218,7 @@ func (s *sink) disable(ctx context.Context, err error) {
 	s.mu.Lock()
 	s.status, s.lastErr = StateDisabled, err.Error()
 	s.mu.Unlock()
+	s.publishStatus()
 	s.m.sent(s.cfg.Name, "gone")
 	s.log.Error("sink disabled: its endpoint is gone; notifications wait in the stream until it is configured again and sigwatch restarted",
 		"sink", s.cfg.Name, "type", s.cfg.Type, "err", err)
@@ -227,17 +232,28 @@ func (s *sink) disable(ctx context.Context, err error) {
 
 func (s *sink) ok() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.status, s.lastSent = StateOK, s.now()
+	s.mu.Unlock()
+	s.publishStatus()
 }
 
 func (s *sink) failing(err error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.status != StateDisabled {
 		s.status = StateRetrying
 	}
 	s.lastErr = err.Error()
+	s.mu.Unlock()
+	s.publishStatus()
+}
+
+// publishStatus records the sink's state for every replica's API.
+func (s *sink) publishStatus() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.st.saveStatus(ctx, s.view()); err != nil {
+		s.log.Warn("sink: state not recorded", "sink", s.cfg.Name, "err", err)
+	}
 }
 
 // decode reads a notification from its message.

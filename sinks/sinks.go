@@ -135,13 +135,21 @@ type View struct {
 	LastSent  int64   `json:"last_sent,omitempty"`
 }
 
-// List returns every sink's view, in configured order.
-func (ss *Sinks) List() []View {
+// List returns every sink's view, in configured order, as the replica
+// delivering it last recorded it.
+func (ss *Sinks) List(ctx context.Context) ([]View, error) {
 	out := make([]View, 0, len(ss.sinks))
 	for _, s := range ss.sinks {
-		out = append(out, s.view())
+		v := s.view()
+		if err := s.st.loadStatus(ctx, &v); err != nil {
+			return nil, err
+		}
+		if n, err := s.cons.Pending(ctx); err == nil {
+			v.Queue = n
+		}
+		out = append(out, v)
 	}
-	return out
+	return out, nil
 }
 
 // TestResult is what a test notification got from the sink.

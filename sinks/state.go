@@ -110,3 +110,23 @@ func (s *state) resendTurn(ctx context.Context, every time.Duration) bool {
 	r := s.store.Do(ctx, "SET", []string{s.key("resend")}, "1", "NX", "PX", strconv.FormatInt(max(every.Milliseconds()-100, 1), 10))
 	return r.Error() == nil
 }
+
+// saveStatus records the sink's state where every replica's API reads it.
+func (s *state) saveStatus(ctx context.Context, v View) error {
+	return s.store.Do(ctx, "HSET", []string{s.key("status")}, "state", v.State, "last_error", v.LastError,
+		"last_sent", strconv.FormatInt(v.LastSent, 10)).Error()
+}
+
+// loadStatus fills v with the state last recorded by any replica.
+func (s *state) loadStatus(ctx context.Context, v *View) error {
+	m, err := s.store.Do(ctx, "HGETALL", []string{s.key("status")}).AsStrMap()
+	if err != nil {
+		return err
+	}
+	if m["state"] != "" {
+		v.State = m["state"]
+	}
+	v.LastError = m["last_error"]
+	v.LastSent, _ = strconv.ParseInt(m["last_sent"], 10, 64)
+	return nil
+}
