@@ -23,7 +23,8 @@ func (s *source) connOptions(clientID string) *mqtt.ClientOptions {
 		SetConnectRetryInterval(time.Second).
 		SetMaxReconnectInterval(reconnectMax).
 		SetWriteTimeout(5 * time.Second).
-		SetKeepAlive(15 * time.Second)
+		SetKeepAlive(15 * time.Second).
+		SetStore(newCopyStore())
 	if s.opts.Username != "" {
 		o.SetUsername(s.opts.Username)
 		o.SetPassword(s.opts.Password)

@@ -48,7 +48,8 @@
 //   - mqtt5.go: mqtt.protocol 5 — an MQTT 5 client (autopaho) behind the
 //     same client interface and options, so the source, probes and breaks
 //     run unchanged; mqtt5msg.go: its messages (with their user
-//     properties, which declared.go reads) and tokens.
+//     properties, which declared.go reads) and tokens; pahostore.go: the
+//     3.1.1 client's message store, which hands out copies.
 //   - probe.go: the watermark probes — their rate (full while a scanner
 //     asks, idle otherwise), sending them, and the barriers their return
 //     gives the pipeline.

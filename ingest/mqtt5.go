@@ -110,7 +110,10 @@ func (c *client5) config(first func()) autopaho.ClientConfig {
 		ConnectUsername:               o.Username,
 		ConnectPassword:               []byte(o.Password),
 		ConnectPacketBuilder:          c.attempt,
-		OnConnectionUp: func(*autopaho.ConnectionManager, *paho.Connack) {
+		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
+			// The first connection can come up before NewConnection
+			// returns its manager to Connect.
+			c.cm.Store(cm)
 			c.lostSaid.Store(false)
 			c.up.Store(true)
 			c.everUp.Store(true)

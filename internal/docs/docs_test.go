@@ -302,3 +302,43 @@ func TestReadmeIsAFrontDoor(t *testing.T) {
 		t.Errorf("Your first real device's block has %d lines, want at most 15", n)
 	}
 }
+
+// TestNoMergeMarkers: no text file of the tree keeps a conflict marker
+// from a merge.
+func TestNoMergeMarkers(t *testing.T) {
+	markers := []string{"<<<<<<< ", "=======\n", ">>>>>>> "}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); p != root && (n == ".git" || n == "node_modules" || n == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch filepath.Ext(p) {
+		case ".go", ".md", ".yaml", ".yml", ".js", ".html", ".css", ".sh", ".proto":
+		default:
+			if filepath.Base(p) != "Makefile" {
+				return nil
+			}
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for n, line := range strings.SplitAfter(string(b), "\n") {
+			for _, m := range markers {
+				if strings.HasPrefix(line, m) {
+					rel, _ := filepath.Rel(root, p)
+					t.Errorf("%s:%d: a merge's conflict marker %q", rel, n+1, strings.TrimSpace(m))
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
