@@ -52,15 +52,19 @@ FUZZTIME ?= 10s
 # one long line of them while the other packages are long done. Its output is shown when it ends.
 # The ingest tests also run a second time, beside them, with ingest subscribing over MQTT 5
 # (mqtt.protocol: 5); the tests on the NATS MQTT listener, which speaks 3.1.1 only, skip there.
+# Then, in the same line, SINKSLOW: the sink tests that wait out a 2/s budget over 500 alarms and a
+# receiver down for a minute.
+SINKSLOW := ^(TestSinkBudgetTwoPerSecond|TestSinkReceiverDownAMinute)$$
 SLOW := ^(TestBrokerBlipLosesNoLiveDevice|TestRedisStoppedAPIAnswersFast|TestRedisKilledAPIAnswersFast|TestRedisRestartedGracefully|TestStalledReplicaBringsNothingBack|TestTimersFireOnceAcrossFaults|TestHealthzStaysOKWhileRedisIsDown|TestNATSClusterFailover|TestClockSkewTwoProcesses|TestTwoProcessesKillOne|TestRedisEverySecKilled|TestRedisRestartedEmpty|TestRedisClusterMasterFailover|TestRedisSentinelFailover|TestStormSurvivesRedisLoss|TestTimersSurviveRedisEmpty|TestTimersSentinelFailoverToLaggedReplica)$$
 
 test: test-deps lint
 	@slow=$$(mktemp); mq5=$$(mktemp); \
 	$(GO) test -race -count=1 -timeout 18m -run '$(SLOW)' ./cmd/sigwatch > $$slow 2>&1 & pid=$$!; \
-	SIGWATCH_TEST_MQTT_PROTOCOL=5 $(GO) test -race -count=1 -timeout 10m ./ingest > $$mq5 2>&1 & pid5=$$!; \
-	$(GO) test -race -count=1 -timeout 18m -skip '$(SLOW)' ./...; rc=$$?; \
+	{ SIGWATCH_TEST_MQTT_PROTOCOL=5 $(GO) test -race -count=1 -timeout 10m ./ingest && \
+	  $(GO) test -race -count=1 -timeout 12m -run '$(SINKSLOW)' ./sinks; } > $$mq5 2>&1 & pid5=$$!; \
+	$(GO) test -race -count=1 -timeout 18m -skip '$(SLOW)|$(SINKSLOW)' ./...; rc=$$?; \
 	wait $$pid; src=$$?; wait $$pid5; m5=$$?; \
-	echo "--- cmd/sigwatch, the slow fault tests:"; cat $$slow; echo "--- ingest over MQTT 5:"; tail -n 200 $$mq5; rm -f $$slow $$mq5; \
+	echo "--- cmd/sigwatch, the slow fault tests:"; cat $$slow; echo "--- ingest over MQTT 5, and the long sink tests:"; tail -n 200 $$mq5; rm -f $$slow $$mq5; \
 	[ $$rc -eq 0 ] && [ $$src -eq 0 ] && [ $$m5 -eq 0 ]
 	cd bench && $(GO) test -race -count=1 -timeout 12m ./...
 	cd deploy/check && $(GO) test -count=1 -timeout 10m ./...

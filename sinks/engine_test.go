@@ -71,10 +71,7 @@ func note(dev, state string, since int64, count int) dispatch.Alarm {
 }
 
 func webhookSink(t *testing.T, name string, rate float64) (sinks.Config, map[string]string, *testenv.WebhookReceiver) {
-	sec, err := webhooks.NewSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
+	sec := webhooks.NewSecret()
 	rc := testenv.NewWebhookReceiver(t, sec)
 	env := map[string]string{"HOOK_URL": rc.URL() + "/hook", "HOOK_SECRET": sec.Reveal()}
 	return sinks.Config{Name: name, Type: sinks.TypeWebhook, URLEnv: "HOOK_URL", SecretsEnv: []string{"HOOK_SECRET"}, Rate: rate,
@@ -198,8 +195,8 @@ func TestRefusedGoesToTheDeadLetters(t *testing.T) {
 	a := note("d1", "raised", since, 0)
 	r.publish(t, a)
 	f := failed.Wait(t, 10*time.Second, "the dead letter", func(f dispatch.SinkFailure) bool { return f.EventID == a.ID })
-	if !strings.Contains(f.Error, "400") {
-		t.Errorf("dead letter error %q, want the 400", f.Error)
+	if !strings.Contains(f.Body.Error, "400") {
+		t.Errorf("dead letter error %q, want the 400", f.Body.Error)
 	}
 	rc.Answer(0, 0)
 	b := note("d2", "raised", since, 0)

@@ -27,11 +27,14 @@ type Options struct {
 	// StormDevices lists a storm's lost devices (alarm.Alarms.StormDevices);
 	// nil: scope alarms go out without them.
 	StormDevices func(ctx context.Context, scope string, limit int) ([]string, int, error)
-	Registerer   prometheus.Registerer
-	Log          *slog.Logger
-	Now          func() time.Time    // nil: time.Now
-	Getenv       func(string) string // nil: os.Getenv
-	Client       func(*http.Client)  // adjusts the HTTP client (tests)
+	// AckWait is how long a replica that stopped answering holds a
+	// notification before another takes it (alarm.ack_wait); 0: 30 s.
+	AckWait    time.Duration
+	Registerer prometheus.Registerer
+	Log        *slog.Logger
+	Now        func() time.Time    // nil: time.Now
+	Getenv     func(string) string // nil: os.Getenv
+	Client     func(*http.Client)  // adjusts the HTTP client (tests)
 }
 
 // Sinks deliver the alarm notifications and storm events to where people
@@ -67,6 +70,9 @@ func New(ctx context.Context, o Options) (*Sinks, error) {
 	}
 	out := &Sinks{byKey: map[string]*sink{}, log: o.Log}
 	for _, c := range o.Sinks {
+		if c.AckWait == 0 {
+			c.AckWait = o.AckWait
+		}
 		c = c.withDefaults()
 		sec, err := c.resolve(o.Getenv)
 		if err != nil {

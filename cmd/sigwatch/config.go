@@ -123,6 +123,9 @@ func (c Config) Validate() error {
 	if c.hasRole("alarm") && c.NATS.Mode != dispatch.JetStream {
 		bad("the alarm role needs nats.mode jetstream (it consumes lost and recovered events from the stream): use jetstream, or leave alarm out of roles")
 	}
+	if len(c.Sinks) > 0 && c.NATS.Mode != dispatch.JetStream {
+		bad("sinks need nats.mode jetstream (each has a durable consumer of the alarm notifications): use jetstream, or remove the sinks")
+	}
 	if c.hasRole("api") {
 		errs = append(errs, c.HTTP.Validate())
 	}

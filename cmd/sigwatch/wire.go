@@ -189,7 +189,7 @@ func (a *App) newAlarms(ctx context.Context) error {
 	// The sinks' secrets are read and their consumers made at start, so
 	// that a sink that cannot work stops it.
 	a.sinks, err = sinks.New(ctx, sinks.Options{Sinks: cfg.Sinks, Store: a.store, Pub: a.pub,
-		StormDevices: a.alarms.StormDevices, Registerer: a.reg, Log: a.log.With("role", "sinks"), Now: a.clock.Now})
+		StormDevices: a.alarms.StormDevices, AckWait: cfg.Alarm.AckWait, Registerer: a.reg, Log: a.log.With("role", "sinks"), Now: a.clock.Now})
 	return err
 }
 
