@@ -99,7 +99,7 @@ func (c *SinkConsumer) Next(ctx context.Context) (SinkMsg, error) {
 		if err := ctx.Err(); err != nil {
 			return SinkMsg{}, err
 		}
-		batch, err := c.cons.Fetch(1, jetstream.FetchMaxWait(min(5*time.Second, c.wait)))
+		batch, err := c.cons.Fetch(1, jetstream.FetchMaxWait(min(time.Second, c.wait)))
 		if err != nil {
 			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 				return SinkMsg{}, fmt.Errorf("dispatch: consumer of sink %s: %w", c.name, err)

@@ -41,6 +41,9 @@ type Options struct {
 // see them: each configured sink has a durable consumer shared by every
 // replica that runs it.
 type Sinks struct {
+	// tr carries every sink's calls; idle connections close soon, and
+	// all of them when Run returns.
+	tr    *http.Transport
 	sinks []*sink
 	byKey map[string]*sink
 	log   *slog.Logger
@@ -68,7 +71,9 @@ func New(ctx context.Context, o Options) (*Sinks, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &Sinks{byKey: map[string]*sink{}, log: o.Log}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.IdleConnTimeout = 2 * time.Second
+	out := &Sinks{tr: tr, byKey: map[string]*sink{}, log: o.Log}
 	for _, c := range o.Sinks {
 		if c.AckWait == 0 {
 			c.AckWait = o.AckWait
@@ -78,7 +83,7 @@ func New(ctx context.Context, o Options) (*Sinks, error) {
 		if err != nil {
 			return nil, err
 		}
-		client := &http.Client{Timeout: c.Timeout}
+		client := &http.Client{Timeout: c.Timeout, Transport: tr}
 		if o.Client != nil {
 			o.Client(client)
 		}
@@ -108,6 +113,7 @@ func New(ctx context.Context, o Options) (*Sinks, error) {
 // Run delivers until ctx ends. A sink whose consumer fails is started
 // again after a pause; a disabled one stays stopped.
 func (ss *Sinks) Run(ctx context.Context) error {
+	defer ss.tr.CloseIdleConnections()
 	g, ctx := errgroup.WithContext(ctx)
 	for _, s := range ss.sinks {
 		g.Go(func() error {

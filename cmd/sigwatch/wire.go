@@ -17,6 +17,7 @@ import (
 	"github.com/sigwatch/sigwatch/internal/clock"
 	"github.com/sigwatch/sigwatch/scanner"
 	"github.com/sigwatch/sigwatch/shard"
+	"github.com/sigwatch/sigwatch/sinks"
 	"github.com/sigwatch/sigwatch/stats"
 	"github.com/sigwatch/sigwatch/timer"
 )

@@ -318,9 +318,10 @@ function renderSinks(data) {
       el('td', num(s.queue)),
       el('td', s.rate ? s.rate + '/s' : '–'),
       el('td', ago(s.last_sent)),
-      el('td', s.last_error || '–'),
+      el('td', s.last_error || '–', 'error' + (s.state !== 'ok' ? ' bad' : '')),
     );
     if (s.last_sent) tr.cells[5].title = clockTime(s.last_sent);
+    if (s.last_error) tr.cells[6].title = s.last_error;
     return tr;
   }));
 }
