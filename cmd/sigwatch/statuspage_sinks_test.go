@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -55,5 +56,34 @@ func TestStatusPageShowsSinks(t *testing.T) {
 	b.shot(t, shots, "sinks")
 	if errs := b.consoleErrors(); len(errs) > 0 {
 		t.Errorf("console errors: %v", errs)
+	}
+
+	// A test notification, through the API and the CLI: marked, sent at
+	// once, the sink's answer reported.
+	code, res := call(t, app, "POST", "/v1/sinks/erp/test", tok, nil)
+	if code != http.StatusOK || res["ok"] != true {
+		t.Fatalf("POST /v1/sinks/erp/test: %d %v", code, res)
+	}
+	id, _ := res["id"].(string)
+	testenv.WaitFor(t, 5*time.Second, "the test notification at the sink", func() bool { return good.Count(id) == 1 })
+	for _, d := range good.Deliveries() {
+		if d.ID == id && !strings.Contains(string(d.Body), `"test":true`) {
+			t.Errorf("test notification body %s: not marked as a test", d.Body)
+		}
+	}
+	if code, res := call(t, app, "POST", "/v1/sinks/ticketing/test", tok, nil); code != http.StatusOK || res["ok"] != false ||
+		!strings.Contains(fmt.Sprint(res["error"]), "503") {
+		t.Errorf("a test through the failing sink: %d %v; want ok false with the 503", code, res)
+	}
+	if code, _ := call(t, app, "POST", "/v1/sinks/nope/test", tok, nil); code != http.StatusNotFound {
+		t.Errorf("a test through an unknown sink: %d, want 404", code)
+	}
+	out, err := runCLI(t, app.HTTPAddr(), "sink", "test", "erp", "--token", tok)
+	if err != nil || !strings.Contains(out, "sink erp took the test notification") {
+		t.Errorf("sigwatch sink test erp: %v\n%s", err, out)
+	}
+	out, err = runCLI(t, app.HTTPAddr(), "sink", "ls", "--token", tok)
+	if err != nil || !strings.Contains(out, "ticketing") || !strings.Contains(out, "retrying") {
+		t.Errorf("sigwatch sink ls: %v\n%s", err, out)
 	}
 }
