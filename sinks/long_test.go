@@ -26,8 +26,8 @@ func TestSinkBudgetTwoPerSecond(t *testing.T) {
 	for i := range n {
 		evs = append(evs, note(fmt.Sprintf("dev-%03d", i), "raised", since, 0))
 	}
-	r.publish(t, evs...)
 	r.start(t, []sinks.Config{cfg}, env)
+	r.publish(t, evs...)
 	testenv.WaitFor(t, 6*time.Minute, "500 alarms delivered", func() bool { return len(rc.Deliveries()) >= n })
 	if err := testenv.OverBudget(rc.Times(http.StatusNoContent), 2, time.Second); err != nil {
 		t.Error(err)
