@@ -226,7 +226,7 @@ func view(id string, st State) View {
 			v.State = Held
 		}
 		if st.AckedUntil > 0 {
-			v.State, v.AckedUntil, v.Next = "acked", st.AckedUntil, 0
+			v.State, v.AckedUntil, v.Next = Acked, st.AckedUntil, 0
 		}
 	case Damped:
 		v.State, v.Since = Flapping, st.Since

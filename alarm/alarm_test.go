@@ -384,6 +384,10 @@ func checkSequence(gs []note) error {
 			if g.Body.Count != count {
 				return fmt.Errorf("repeat %d has count %d", count, g.Body.Count)
 			}
+		case Acked:
+			if g.Body.Count != count {
+				return fmt.Errorf("acked at count %d after repeat %d", g.Body.Count, count)
+			}
 		case Resolved:
 			if j != len(gs)-2 {
 				return fmt.Errorf("notifications after resolved")
@@ -505,8 +509,10 @@ func TestLostAfterComebackRaisesNothing(t *testing.T) {
 }
 
 // TestAck proves that an ack without an end resolves the alarm and stops
-// its repeats, and that an ack with an end pauses them and resumes them
-// after it while the device is still silent.
+// its repeats (resolved/acked, nothing else), and that an ack with an end
+// says acked once, pauses them and resumes them after it while the device
+// is still silent; a second ack at the same count moves the end and is
+// stored once, the same notification.
 func TestAck(t *testing.T) {
 	h := newHarness(t)
 	a, _ := h.alarms("a", policy())
@@ -521,10 +527,22 @@ func TestAck(t *testing.T) {
 	h.wait("dev-ack", Resolved, ReasonAcked, 2*time.Second)
 	acked := len(h.notesOf("dev-ack"))
 	afterResolved := func() bool { return len(h.notesOf("dev-ack")) > acked }
+	if gs := h.notes.Where(func(n dispatch.Alarm) bool { return n.Device == "dev-ack" && n.State == Acked }); len(gs) != 0 {
+		t.Errorf("an ack without an end sent %v, want resolved/acked only", states(gs))
+	}
+	first, err := a.Ack(h.ctx, "dev-snooze", time.Now().Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
 	until := time.Now().Add(1500 * time.Millisecond)
 	v, err := a.Ack(h.ctx, "dev-snooze", until)
-	if err != nil || v.State != "acked" || v.AckedUntil != until.UnixMilli() {
-		t.Fatalf("ack until: got %+v, %v; want acked until %d", v, err, until.UnixMilli())
+	if err != nil || v.State != Acked || v.AckedUntil != until.UnixMilli() || v.Count != first.Count {
+		t.Fatalf("ack until: got %+v, %v; want acked until %d at count %d", v, err, until.UnixMilli(), first.Count)
+	}
+	ack := h.wait("dev-snooze", Acked, "", 2*time.Second)
+	if want := NoteID("dev-snooze", v.Since, Acked, v.Count); ack.MsgID != want || ack.Body.ID != want ||
+		ack.Body.Count != v.Count || ack.Body.Since != v.Since || ack.Body.Type != h.notesOf("dev-snooze")[0].Body.Type {
+		t.Errorf("acked = %+v (msg id %q), want id %s, count %d, since %d, the raise's type", ack.Body, ack.MsgID, want, v.Count, v.Since)
 	}
 	// v.Count repeats were sent when the ack landed; the next waits for its end.
 	testenv.Never(t, time.Until(until)-100*time.Millisecond, "a notification while acked, or after resolved", func() bool {
@@ -540,6 +558,9 @@ func TestAck(t *testing.T) {
 		}
 	}
 	testenv.Never(t, 2*interval, "the acked alarm going on after resolved", afterResolved)
+	if gs := h.notes.Where(func(n dispatch.Alarm) bool { return n.Device == "dev-snooze" && n.State == Acked }); len(gs) != 1 {
+		t.Errorf("two acks at one count stored %v, want one acked", states(gs))
+	}
 	if _, err := a.Ack(h.ctx, "nobody", time.Time{}); err != ErrNoAlarm {
 		t.Errorf("ack of a device without alarm: %v, want ErrNoAlarm", err)
 	}

@@ -1,8 +1,9 @@
 // Package alarm keeps an alarm for every lost device: raised when the
 // device is lost, repeated at an interval (with optional backoff) while it
 // stays silent, resolved when it signals again, is acknowledged, removed,
-// or has been repeated enough. A device that keeps going lost and coming
-// back is damped into one flapping notification.
+// or has been repeated enough. An acknowledgement with an end pauses the
+// repeats instead, and says so once (acked). A device that keeps going
+// lost and coming back is damped into one flapping notification.
 //
 // Alarm workers consume sigwatch.lost.> and sigwatch.recovered.> from the
 // event stream through one durable pull consumer shared by every replica,
@@ -49,8 +50,9 @@
 //   - storm.go: group and fleet storms, their state and config, the storm
 //     hold of new device alarms, the API's view; stormrun.go: counting
 //     losses and recoveries into transitions, carried out with the scope
-//     alarm; stormstore.go: the scopes' lost sets, states and index, their
-//     live counts, and the held alarms by storm as last counted;
+//     alarm; stormstore.go: the scopes' lost sets (StormDevices lists
+//     one), states and index, their live counts, and the held alarms by
+//     storm as last counted;
 //     stormrestore.go: the storms put back from the durable registry after
 //     Redis lost data.
 //   - durable.go: the alarm and storm states in the durable registry,

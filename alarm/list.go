@@ -13,7 +13,7 @@ import (
 // of any of the others is also muted while a mute covers it.
 const (
 	ListActive   = "active" // raised and repeating (View state raised)
-	ListAcked    = "acked"  // repeats paused by an ack with an end
+	ListAcked    = Acked    // repeats paused by an ack with an end
 	ListFlapping = Flapping
 	ListMuted    = "muted"
 	ListHeld     = Held // waiting for the storm hold, or held by a storm

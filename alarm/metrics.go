@@ -78,7 +78,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			m.storms.WithLabelValues(sc, s)
 		}
 	}
-	for _, s := range []string{Raised, "acked", Flapping, Held} {
+	for _, s := range []string{Raised, Acked, Flapping, Held} {
 		m.active.WithLabelValues(s)
 	}
 	return m, nil
@@ -108,7 +108,7 @@ type counts struct {
 
 func (m *metrics) set(c counts) {
 	m.active.WithLabelValues(Raised).Set(float64(c.raised))
-	m.active.WithLabelValues("acked").Set(float64(c.acked))
+	m.active.WithLabelValues(Acked).Set(float64(c.acked))
 	m.active.WithLabelValues(Flapping).Set(float64(c.flapping))
 	m.active.WithLabelValues(Held).Set(float64(c.held))
 	m.flapping.Set(float64(c.flapping))

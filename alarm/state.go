@@ -13,6 +13,9 @@ import (
 // Notification states, the "state" of a message on sigwatch.alarm.<type>.
 const (
 	Raised = "raised"
+	// Acked: an ack with an end paused the repeats (sent once per ack at
+	// a count; the View state of such an alarm too).
+	Acked = "acked"
 	// Held is the View state of an alarm whose raise waits for the storm
 	// hold or a storm; it is never a notification.
 	Held     = "held"
@@ -293,7 +296,10 @@ func (m machine) recovered(st *State, d int64, typ string) bool {
 }
 
 // ack acknowledges the alarm: until 0 resolves it, a later until pauses its
-// repeats until then. It reports false when there is no alarm to ack.
+// repeats until then and says so (acked), unless nobody heard of the alarm
+// yet (its raise is held). Another ack at the same count has the same id:
+// a note of it still pending stands for it, one published already is
+// dropped by JetStream. It reports false when there is no alarm to ack.
 func (m machine) ack(st *State, until int64) bool {
 	if st.Phase == Idle {
 		return false
@@ -303,6 +309,10 @@ func (m machine) ack(st *State, until int64) bool {
 		return true
 	}
 	st.AckedUntil = until
+	id := NoteID(m.id, st.Since, Acked, st.Count)
+	if !st.Held && !slices.ContainsFunc(st.Pending, func(n Note) bool { return n.ID == id }) {
+		m.note(st, Acked, "")
+	}
 	return true
 }
 

@@ -86,6 +86,15 @@ const fleetScope = "fleet"
 
 func groupScope(g string) string { return "group:" + g }
 
+// StormScope is the storm scope of group g: "group:<g>", or "fleet" for
+// "" (the scope ScopeAlarmID, StormID and StormDevices take).
+func StormScope(g string) string {
+	if g == "" {
+		return fleetScope
+	}
+	return groupScope(g)
+}
+
 // scopesOf lists the storm scopes of a device of group g.
 func scopesOf(g string) []string {
 	if g == "" {
@@ -344,9 +353,5 @@ func (a *Alarms) Storms(ctx context.Context, limit int) ([]StormView, error) {
 // AckScope acknowledges the alarm of a group ("" for the fleet), as Ack
 // does a device's.
 func (a *Alarms) AckScope(ctx context.Context, group string, until time.Time) (View, error) {
-	sc := fleetScope
-	if group != "" {
-		sc = groupScope(group)
-	}
-	return a.Ack(ctx, ScopeAlarmID(sc), until)
+	return a.Ack(ctx, ScopeAlarmID(StormScope(group)), until)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -138,6 +139,35 @@ func (a *Alarms) lostMembers(ctx context.Context, sc string, fn func(ids []strin
 			return nil
 		}
 	}
+}
+
+// StormDevices returns the devices of scope ("group:<name>" or "fleet",
+// as StormScope makes it) counted lost now, the ones GET /v1/storms
+// counts in lost: at most limit of them, the earliest lost first (by the
+// deadline they were lost at, then id), returned sorted by id; and how
+// many there are in all. A scope that never had a lost device has none.
+// limit <= 0 gives only the total. One round trip.
+func (a *Alarms) StormDevices(ctx context.Context, scope string, limit int) (devices []string, total int, err error) {
+	key := []string{a.stormLostKey(scope)}
+	cmds := []shard.Cmd{{Name: "ZCARD", Keys: key}}
+	if limit > 0 {
+		cmds = append(cmds, shard.Cmd{Name: "ZRANGE", Keys: key, Args: []string{"0", strconv.Itoa(limit - 1)}})
+	}
+	rs := a.store.DoMulti(ctx, cmds...)
+	n, err := rs[0].AsInt64()
+	if err != nil {
+		return nil, 0, fmt.Errorf("alarm: read storm devices: %w", err)
+	}
+	if limit > 0 {
+		if devices, err = rs[1].AsStrSlice(); err != nil {
+			return nil, 0, fmt.Errorf("alarm: read storm devices: %w", err)
+		}
+		slices.Sort(devices)
+	}
+	if devices == nil {
+		devices = []string{}
+	}
+	return devices, int(n), nil
 }
 
 // readStorm returns the storm state of scope sc, "" when there is none.

@@ -20,6 +20,7 @@ import (
 	"github.com/sigwatch/sigwatch/internal/liveness"
 	"github.com/sigwatch/sigwatch/internal/statuspage"
 	"github.com/sigwatch/sigwatch/shard"
+	"github.com/sigwatch/sigwatch/sinks"
 	"github.com/sigwatch/sigwatch/stats"
 	"github.com/sigwatch/sigwatch/timer"
 )
@@ -75,6 +76,7 @@ type Options struct {
 	Ingest   *ingest.Ingest     // nil without the ingest role
 	Alarms   *alarm.Alarms      // nil in NATS core mode
 	Timers   *timer.Service     // nil when timers.enabled is off
+	Sinks    *sinks.Sinks       // nil when none are configured
 	// Gatherer serves /metrics; Stalled lists the loops that make no
 	// progress, for /healthz.
 	Gatherer prometheus.Gatherer
@@ -124,6 +126,8 @@ func (a *API) Handler() http.Handler {
 	v1.HandleFunc("GET /v1/storms", a.withAlarms(a.getStorms))
 	v1.HandleFunc("POST /v1/groups/{group}/ack", a.withAlarms(a.postGroupAck))
 	v1.HandleFunc("POST /v1/fleet/ack", a.withAlarms(a.postFleetAck))
+	v1.HandleFunc("GET /v1/sinks", a.getSinks)
+	v1.HandleFunc("POST /v1/sinks/{name}/test", a.postSinkTest)
 	if a.o.Timers != nil {
 		v1.HandleFunc("PUT /v1/timers/{queue}/{id...}", a.putTimer)
 		v1.HandleFunc("GET /v1/timers/{queue}/{id...}", a.getTimer)

@@ -23,6 +23,7 @@
 //   - lists.go: pages of devices and alarms (DeviceList, AlarmList).
 //   - alarms.go: acks and mutes, and the end of an ack or a mute.
 //   - storms.go: storms and their acks (StormList).
+//   - sinks.go: the sinks' state and test notifications (SinkList).
 //   - shards.go: the shards' status (Shards, ShardsStatus) and a doubling
 //     (Double, Doubling), which sigwatch shards --config also calls on
 //     Redis directly.

@@ -53,7 +53,9 @@
 //     system account user of their own (nats.advisories; DialAdvisories,
 //     Run), one client's in order.
 //   - consume.go: a durable consumer of lost and recovered events shared by
-//     the replicas of a role (the alarm workers).
+//     the replicas of a role (the alarm workers); sinkconsume.go: a sink's
+//     durable consumer of alarm notifications and storm events, one at a
+//     time, and its dead letters (sigwatch.sink.failed.<sink>).
 //   - follow.go: an ordered consumer that follows the stream's events by
 //     kind and device, from now, a time, the last N or a sequence
 //     (GET /v1/events).

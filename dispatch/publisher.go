@@ -158,6 +158,9 @@ func (p *Bus) ensureStream(ctx context.Context) error {
 		subjects = want.Subjects
 	}
 	for _, sub := range want.Subjects {
+		if !slices.Contains(subjects, sub) && slices.Contains(p.subjects.added(), sub) {
+			subjects = append(slices.Clone(subjects), sub)
+		}
 		if !slices.Contains(subjects, sub) {
 			return fmt.Errorf("dispatch: stream %s exists but does not listen on %s (it has %v): add the subject or configure another stream name",
 				p.opts.Stream, sub, cfg.Subjects)

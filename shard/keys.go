@@ -224,6 +224,7 @@ var leaves = []leaf{
 	{"g:", "members", "shard"},
 	{"storm:", "lost", "alarm"}, {"storm:", "state", "alarm"},
 	{"rate", "total", "alarm"}, {"rate", "type:", "alarm"},
+	{"sink:", "sent", "sinks"}, {"sink:", "pace", "sinks"}, {"sink:", "open", "sinks"}, {"sink:", "resend", "sinks"}, {"sink:", "status", "sinks"},
 }
 
 // known panics unless name is a leaf of the table under tag: a key of a

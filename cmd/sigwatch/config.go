@@ -15,6 +15,7 @@ import (
 	"github.com/sigwatch/sigwatch/internal/yamlenv"
 	"github.com/sigwatch/sigwatch/shard"
 	"github.com/sigwatch/sigwatch/shard/queue"
+	"github.com/sigwatch/sigwatch/sinks"
 	"github.com/sigwatch/sigwatch/timer"
 )
 
@@ -38,6 +39,8 @@ type Config struct {
 	Storm      alarm.StormConfig      `yaml:"storm"`
 	Timers     timer.Config           `yaml:"timers"`
 	HTTP       api.Config             `yaml:"http"`
+	// Sinks are where alarm notifications go (run by the alarm role).
+	Sinks []sinks.Config `yaml:"sinks"`
 }
 
 // LogConfig selects the log format ("text" or "json") and level.
@@ -106,7 +109,7 @@ func (c Config) Validate() error {
 	errs := []error{
 		c.Redis.Validate(), c.NATS.Validate(), c.MQTT.Validate(), c.Thresholds.Validate(),
 		c.Timestamp.Validate(), c.Shards.Validate(), c.Ingest.Validate(), c.Scanner.Validate(), c.Alarm.Validate(), c.Storm.Validate(),
-		c.Timers.Validate(),
+		c.Timers.Validate(), sinks.Validate(c.Sinks),
 	}
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	for _, r := range c.Roles {
@@ -119,6 +122,9 @@ func (c Config) Validate() error {
 	}
 	if c.hasRole("alarm") && c.NATS.Mode != dispatch.JetStream {
 		bad("the alarm role needs nats.mode jetstream (it consumes lost and recovered events from the stream): use jetstream, or leave alarm out of roles")
+	}
+	if len(c.Sinks) > 0 && c.NATS.Mode != dispatch.JetStream {
+		bad("sinks need nats.mode jetstream (each has a durable consumer of the alarm notifications): use jetstream, or remove the sinks")
 	}
 	if c.hasRole("api") {
 		errs = append(errs, c.HTTP.Validate())

@@ -121,3 +121,27 @@ func TestMQTTProtocol(t *testing.T) {
 		t.Errorf("mqtt.protocol 4: got error %v, want a refusal naming the choices", err)
 	}
 }
+
+// A sink that cannot work is refused at start, naming its key.
+func TestSinkConfigRefusals(t *testing.T) {
+	for yaml, want := range map[string]string{
+		"sinks:\n  - {name: a, type: email}\n":                                                                                   `sinks[0].type: "email": use alertmanager, pagerduty, slack or webhook`,
+		"sinks:\n  - {name: a, type: slack, url: \"https://hooks.slack.com/x\"}\n":                                               "sinks[0].url: a slack URL is a secret: give it through url_env or url_file",
+		"sinks:\n  - {name: a, type: webhook, url_env: U}\n":                                                                     "sinks[0].secrets_env: a webhook sink signs what it sends",
+		"sinks:\n  - {name: a, type: pagerduty}\n":                                                                               "sinks[0].routing_key_env: a PagerDuty sink needs its routing key",
+		"sinks:\n  - {name: a, type: alertmanager}\n":                                                                            "sinks[0].url: an Alertmanager sink needs its address",
+		"sinks:\n  - {name: \"a.b\", type: alertmanager, url: \"http://am:9093\"}\n":                                             `sinks[0].name: "a.b": use 1-64 letters, digits, '-' or '_'`,
+		"sinks:\n  - {name: a, type: alertmanager, url: \"http://am\"}\n  - {name: a, type: alertmanager, url: \"http://am\"}\n": `sinks[1].name: "a" is used by two sinks`,
+		"sinks:\n  - {name: a, type: alertmanager, url: \"http://am\", rate: -1}\n":                                              "sinks[0].rate: -1: use 0",
+		"sinks:\n  - {name: a, type: alertmanager, url: \"http://am\", colour: red}\n":                                           "sinks",
+	} {
+		p := filepath.Join(t.TempDir(), "c.yaml")
+		if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadConfig(p, nil)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("config %q: got %v, want an error with %q", yaml, err, want)
+		}
+	}
+}

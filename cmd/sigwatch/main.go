@@ -31,6 +31,7 @@ commands:
   type       ls | get|rm <type> | set <type> [--threshold D] [--confirm-after D]: a device type's thresholds
   mute       add|ls|rm: mute the alarms of a device or a type for a while
   storm      ls | ack <group>|--fleet: group and fleet storms and their alarms
+  sink       ls | test <name>: where alarms go (Alertmanager, PagerDuty, Slack, webhooks)
   timer      get|set|rm <queue> <id>: one generic timer
   stats      fleet counters, rates, fire lag, watermark, shards
   shards     status|double: topology, drain progress, sizes, owners; start a doubling
@@ -38,7 +39,7 @@ commands:
   healthcheck [URL]: exit 0 when URL (default http://127.0.0.1:8080/readyz) answers 200
   version    print the version
 
-events, device, type, alarm, mute, storm, timer, stats and shards talk to a running
+events, device, type, alarm, mute, storm, sink, timer, stats and shards talk to a running
 sigwatch's HTTP API: --api URL (env SIGWATCH_API, default http://127.0.0.1:8080),
 --token (env SIGWATCH_HTTP_TOKEN), --timeout (env SIGWATCH_TIMEOUT, default 15s);
 they print tables with local times, or the API's JSON with --json.
@@ -48,7 +49,7 @@ e.g. SIGWATCH_REDIS_ADDRS, SIGWATCH_NATS_URL, SIGWATCH_MQTT_BROKERS.
 `
 
 // commands are the verbs of usage, for the "did you mean" of a typo.
-var commands = []string{"run", "demo", "dev", "simulate", "events", "device", "type", "alarm", "mute", "storm",
+var commands = []string{"run", "demo", "dev", "simulate", "events", "device", "type", "alarm", "mute", "storm", "sink",
 	"timer", "stats", "shards", "config", "healthcheck", "version", "help"}
 
 // flagError is a verb's flags refused by its FlagSet, which printed
@@ -117,6 +118,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdAlarm(ctx, args[1:], stdout)
 	case "storm":
 		err = cmdStorm(ctx, args[1:], stdout)
+	case "sink":
+		err = cmdSink(ctx, args[1:], stdout)
 	case "timer":
 		err = cmdTimer(ctx, args[1:], stdout)
 	case "config":

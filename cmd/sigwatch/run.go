@@ -24,6 +24,7 @@ import (
 	"github.com/sigwatch/sigwatch/internal/ratelog"
 	"github.com/sigwatch/sigwatch/scanner"
 	"github.com/sigwatch/sigwatch/shard"
+	"github.com/sigwatch/sigwatch/sinks"
 	"github.com/sigwatch/sigwatch/stats"
 	"github.com/sigwatch/sigwatch/timer"
 )
@@ -67,6 +68,7 @@ type App struct {
 	repeats    *shard.Store
 	repeatTopo *shard.Watcher
 	alarms     *alarm.Alarms
+	sinks      *sinks.Sinks // nil: none configured
 
 	// timerSvc is the generic timers: their API, NATS path and firing (nil
 	// when timers.enabled is off).
@@ -165,6 +167,9 @@ func (a *App) run(ctx context.Context) {
 	}
 	if a.api != nil {
 		a.g.Go("http", func(ctx context.Context) error { return a.api.Serve(ctx, a.httpLn) })
+	}
+	if a.sinks != nil && a.cfg.hasRole("alarm") {
+		a.g.Go("sinks", a.sinks.Run)
 	}
 	if a.alarms != nil && a.cfg.hasRole("alarm") {
 		a.g.Go("alarm", a.alarms.Run)

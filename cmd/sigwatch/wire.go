@@ -17,6 +17,7 @@ import (
 	"github.com/sigwatch/sigwatch/internal/clock"
 	"github.com/sigwatch/sigwatch/scanner"
 	"github.com/sigwatch/sigwatch/shard"
+	"github.com/sigwatch/sigwatch/sinks"
 	"github.com/sigwatch/sigwatch/stats"
 	"github.com/sigwatch/sigwatch/timer"
 )
@@ -183,6 +184,13 @@ func (a *App) newAlarms(ctx context.Context) error {
 		Engine: cfg.Scanner, Rate: cfg.Alarm.Rate, RateTotal: cfg.Alarm.RateTotal,
 		Registry: a.registry, Now: now, Storm: cfg.Storm, Threshold: a.thr.For, BeforeNotify: freeze,
 	}, a.store, a.topo, a.repeats, a.repeatTopo, a.pub, a.reg, a.log.With("role", "alarm"))
+	if err != nil || len(cfg.Sinks) == 0 || !cfg.hasRole("alarm") && !cfg.hasRole("api") {
+		return err
+	}
+	// The sinks' secrets are read and their consumers made at start, so
+	// that a sink that cannot work stops it.
+	a.sinks, err = sinks.New(ctx, sinks.Options{Sinks: cfg.Sinks, Store: a.store, Pub: a.pub,
+		StormDevices: a.alarms.StormDevices, AckWait: cfg.Alarm.AckWait, Registerer: a.reg, Log: a.log.With("role", "sinks"), Now: a.clock.Now})
 	return err
 }
 
@@ -232,7 +240,7 @@ func (a *App) newAPI(context.Context) error {
 	}
 	a.api = api.New(api.Options{
 		Config: cfg.HTTP, MaxIDLen: cfg.Ingest.MaxIDLen, Store: a.store, Devices: a.devices, Pub: a.pub, Guard: a.guard,
-		Stats: a.stats, Registry: a.registry, Ingest: a.in, Alarms: a.alarms, Timers: a.timerSvc,
+		Stats: a.stats, Registry: a.registry, Ingest: a.in, Alarms: a.alarms, Timers: a.timerSvc, Sinks: a.sinks,
 		Gatherer: a.reg, Stalled: a.live.Stalled, Deps: a.deps, Now: a.clock.Now, Log: a.log,
 	})
 	return nil

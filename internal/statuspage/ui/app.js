@@ -302,6 +302,30 @@ function renderStorms(data) {
   }));
 }
 
+// renderSinks shows where alarms go and whether they get there; the
+// section stays hidden when no sink is configured.
+function renderSinks(data) {
+  const rows = (data && data.sinks) || [];
+  $('sinks-section').hidden = rows.length === 0;
+  const bad = rows.filter((s) => s.state !== 'ok').length;
+  $('sinks-count').textContent = rows.length ? '(' + (bad ? bad + ' not ok' : 'all ok') + ')' : '';
+  $('sinks').tBodies[0].replaceChildren(...rows.map((s) => {
+    const tr = el('tr');
+    tr.append(
+      el('td', s.name, 'id'),
+      el('td', s.type),
+      el('td', s.state, 'state ' + (s.state === 'ok' ? 'ended' : 'raised')),
+      el('td', num(s.queue)),
+      el('td', s.rate ? s.rate + '/s' : '–'),
+      el('td', ago(s.last_sent)),
+      el('td', s.last_error || '–', 'error' + (s.state !== 'ok' ? ' bad' : '')),
+    );
+    if (s.last_sent) tr.cells[5].title = clockTime(s.last_sent);
+    if (s.last_error) tr.cells[6].title = s.last_error;
+    return tr;
+  }));
+}
+
 $('storms').addEventListener('click', async (ev) => {
   const btn = ev.target.closest('button');
   if (!btn) return;
@@ -752,6 +776,7 @@ async function refresh() {
     // Held alarms are folded under their storms, not listed one by one.
     ['alarms', fillPage('/v1/alarms', { state: 'active,acked,flapping' }, 'alarms', alarmsPager.cursor())],
     ['storms', api('GET', '/v1/storms?limit=' + STORMS)],
+    ['sinks', api('GET', '/v1/sinks')],
   ];
   const res = await Promise.allSettled(calls.map((c) => c[1]));
   if (res.some((r) => r.status === 'rejected' && r.reason.status === 401)) {
@@ -789,6 +814,7 @@ async function refresh() {
   if ('shards' in val) renderShards(val.shards);
   if ('lost devices' in val) renderLost(val['lost devices']);
   if ('storms' in val) renderStorms(val.storms);
+  if ('sinks' in val) renderSinks(val.sinks);
   if ('alarms' in val) {
     const held = val.stats ? pick(val.stats, 'alarms.held') : undefined;
     const opened = {};
