@@ -210,29 +210,26 @@ func (c Config) resolve(getenv func(string) string) (secrets, error) {
 	if s.routingKey, err = read("routing_key", c.RoutingKeyEnv, c.RoutingKeyFile); err != nil {
 		return s, err
 	}
+	// Each signing secret comes from a variable or a file; both lists
+	// may hold several (a rotation).
+	type source struct{ key, env, file string }
+	var sources []source
 	for _, env := range c.SecretsEnv {
-		v, err := read("secrets_env", env, "")
-		if err == nil {
-			var sec webhooks.Secret
-			if sec, err = webhooks.ParseSecret(v); err == nil {
-				s.signing = append(s.signing, sec)
-				continue
-			}
-			err = fmt.Errorf("sink %s: secrets_env: %s: %v", c.Name, env, err)
-		}
-		return s, err
+		sources = append(sources, source{"secrets_env", env, ""})
 	}
 	for _, file := range c.SecretsFile {
-		v, err := read("secrets_file", "", file)
-		if err == nil {
-			var sec webhooks.Secret
-			if sec, err = webhooks.ParseSecret(v); err == nil {
-				s.signing = append(s.signing, sec)
-				continue
-			}
-			err = fmt.Errorf("sink %s: secrets_file: %s: %v", c.Name, file, err)
+		sources = append(sources, source{"secrets_file", "", file})
+	}
+	for _, src := range sources {
+		v, err := read(src.key, src.env, src.file)
+		if err != nil {
+			return s, err
 		}
-		return s, err
+		sec, err := webhooks.ParseSecret(v)
+		if err != nil {
+			return s, fmt.Errorf("sink %s: %s: %s: %v", c.Name, src.key, src.env+src.file, err)
+		}
+		s.signing = append(s.signing, sec)
 	}
 	return s, nil
 }
