@@ -75,6 +75,13 @@ func writeChecked(w io.Writer, cfg Config, path string, applied []string) {
 	if cfg.hasRole("api") {
 		fmt.Fprintf(w, "http:    listens on %s\n", cfg.HTTP.Addr)
 	}
+	if len(cfg.Sinks) > 0 {
+		var each []string
+		for _, s := range cfg.Sinks {
+			each = append(each, fmt.Sprintf("%s (%s)", s.Name, s.Type))
+		}
+		fmt.Fprintf(w, "sinks:   %s; their secrets are read at start\n", strings.Join(each, ", "))
+	}
 	fmt.Fprintln(w, "ok: the configuration is valid (nothing was connected to)")
 }
 
