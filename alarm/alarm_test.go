@@ -426,8 +426,13 @@ func TestRaisedRepeatsThenRecovered(t *testing.T) {
 	p := policy()
 	a, _ := h.alarms("a", p)
 
-	h.signal("dev-1", "meter")
+	sent := h.signal("dev-1", "meter")
 	raised := h.wait("dev-1", Raised, "", 5*time.Second)
+	// The alarm says when the device was last heard of: its lost event's
+	// last_seen, the time of its signal.
+	if d := raised.Body.LastSeen - sent.UnixMilli(); d < -1000 || d > 1000 {
+		t.Errorf("raised last_seen %d, want the signal's time %d", raised.Body.LastSeen, sent.UnixMilli())
+	}
 	testenv.WaitFor(t, 2*time.Second, "active{raised} 1", func() bool {
 		return testutil.ToFloat64(a.m.active.WithLabelValues(Raised)) == 1
 	})
@@ -435,7 +440,9 @@ func TestRaisedRepeatsThenRecovered(t *testing.T) {
 		t.Errorf("raised = %+v on %s with id %s, want type meter on sigwatch.alarm.meter, Nats-Msg-Id = id", raised.Body, raised.Subject, raised.MsgID)
 	}
 	for range 3 {
-		h.stepToRepeat(a, "dev-1")
+		if r := h.stepToRepeat(a, "dev-1"); r.Body.LastSeen != raised.Body.LastSeen {
+			t.Errorf("repeat last_seen %d, want the raise's %d", r.Body.LastSeen, raised.Body.LastSeen)
+		}
 	}
 	for j, g := range gaps(h.notesOf("dev-1")[:4]) {
 		if g < interval-20*time.Millisecond || g > interval+250*time.Millisecond {

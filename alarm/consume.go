@@ -36,6 +36,7 @@ func (e events) Lost(ctx context.Context, ev dispatch.Lost) error {
 	}
 	now := a.opts.Now()
 	m := a.deviceMachine(ev.Device, ev.Type, now)
+	m.lastSeen = ev.LastSeen
 	var changed bool
 	_, err = a.apply(ctx, ev.Device, now, fence, func(st *State) (bool, error) {
 		changed = m.lost(st, ev.Deadline, ev.Type, cur)

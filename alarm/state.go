@@ -91,6 +91,9 @@ type State struct {
 	Pending []Note `json:"pending,omitempty"`
 	// Group is the device's group, from its latest lost event.
 	Group string `json:"group,omitempty"`
+	// LastSeen is when the device was last heard of before the loss that
+	// started the alarm (0: not known).
+	LastSeen int64 `json:"last_seen,omitempty"`
 	// Held: the alarm is Active but its raise is not sent yet; it waits
 	// out the storm hold from HeldAt (and, while a storm of its group or
 	// the fleet lasts, the storm). StormHeld says a storm held it.
@@ -141,6 +144,9 @@ type machine struct {
 	hold int64
 	// group names a group alarm's group in its notes.
 	group string
+	// lastSeen is when the device was last heard of, from the lost event
+	// being handled (0: not known).
+	lastSeen int64
 }
 
 // storm is what a wake knows of the storms over a device: whether one of
@@ -158,7 +164,7 @@ func (m machine) note(st *State, state, reason string) {
 	n := Note{Alarm: dispatch.Alarm{
 		ID: NoteID(m.id, st.Since, state, st.Count), Device: device, Type: st.Type,
 		State: state, Reason: reason, Count: st.Count, Since: st.Since, At: m.now,
-		Group: cmp.Or(m.group, st.Group),
+		Group: cmp.Or(m.group, st.Group), LastSeen: st.LastSeen,
 	}}
 	if state == Repeat {
 		// A repeat of this alarm still waiting for its send slot is replaced
@@ -254,8 +260,10 @@ func (m machine) lost(st *State, d int64, typ string, current int64) bool {
 		st.Phase, st.Since, st.Count, st.AckedUntil, st.StableAt = Active, d, 0, 0, 0
 		st.Held, st.HeldAt, st.StormHeld = true, m.now, false
 		st.Next = m.now + m.hold
+		st.LastSeen = m.lastSeen
 	default:
 		st.Phase, st.Since, st.Count, st.AckedUntil, st.StableAt = Active, d, 0, 0, 0
+		st.LastSeen = m.lastSeen
 		m.raise(st, "")
 	}
 	return true

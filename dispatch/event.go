@@ -155,6 +155,10 @@ type Alarm struct {
 	Since  int64  `json:"since"`
 	At     int64  `json:"at"`
 	Group  string `json:"group,omitempty"`
+	// LastSeen is when the device was last heard of before its loss
+	// (unix ms; absent on a group's or the fleet's alarm, and when not
+	// known).
+	LastSeen int64 `json:"last_seen,omitempty"`
 }
 
 // Storm scopes.

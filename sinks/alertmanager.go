@@ -132,6 +132,9 @@ func amAnnotations(n Notification) map[string]string {
 	}
 	if scope(a) == scopeDevice {
 		an["lost_at"] = rfc3339(a.Since)
+		if a.LastSeen > 0 {
+			an["last_seen"] = rfc3339(a.LastSeen)
+		}
 		if a.Group != "" {
 			an["group"] = a.Group
 		}

@@ -73,7 +73,7 @@ func TestAlertmanagerAlarmLifecycle(t *testing.T) {
 	send(t, d, ns[0])
 	got := waitAlerts(t, am, devLabels)
 	an := got[0].Annotations
-	if an["lost_at"] != rfc3339(since) || an["count"] != "1" || an["group"] != "site-a" || !strings.Contains(an["summary"], "dev-1") {
+	if an["lost_at"] != rfc3339(since) || an["last_seen"] != rfc3339(since-30_000) || an["count"] != "1" || an["group"] != "site-a" || !strings.Contains(an["summary"], "dev-1") {
 		t.Errorf("annotations: got %v", an)
 	}
 	if !got[0].StartsAt.Equal(time.UnixMilli(since)) {

@@ -20,7 +20,7 @@ func deviceNote(state, reason string, count int) Notification {
 	a := &dispatch.Alarm{
 		ID:     dispatch.LostID("dev-1", since) + "/" + state + "/" + strconv.Itoa(count),
 		Device: "dev-1", Type: "meter", State: state, Reason: reason, Count: count,
-		Since: since, At: since + int64(count)*1000, Group: "site-a",
+		Since: since, At: since + int64(count)*1000, Group: "site-a", LastSeen: since - 30_000,
 	}
 	return Notification{ID: a.ID, Alarm: a}
 }

@@ -134,6 +134,9 @@ func pdTrigger(n Notification) *pdPayload {
 	if a.Reason != "" {
 		details["reason"] = a.Reason
 	}
+	if a.LastSeen > 0 {
+		details["last_seen"] = rfc3339(a.LastSeen)
+	}
 	pl := &pdPayload{
 		Summary: clip(summary(n), maxSummary), Source: "sigwatch", Severity: severity,
 		Timestamp: rfc3339(a.Since), Component: a.Device, Group: a.Group, Class: a.Type,
