@@ -50,6 +50,8 @@ var outageRoutes = []route{
 	{method: "GET", pattern: "/v1/storms", path: "/v1/storms"},
 	{method: "POST", pattern: "/v1/groups/{group}/ack", path: "/v1/groups/g1/ack", body: `{}`},
 	{method: "POST", pattern: "/v1/fleet/ack", path: "/v1/fleet/ack", body: `{}`},
+	{method: "GET", pattern: "/v1/sinks", path: "/v1/sinks"},
+	{method: "POST", pattern: "/v1/sinks/{name}/test", path: "/v1/sinks/none/test"},
 	{method: "PUT", pattern: "/v1/timers/{queue}/{id...}", path: "/v1/timers/q1/t1", body: `{"after":"1h"}`},
 	{method: "GET", pattern: "/v1/timers/{queue}/{id...}", path: "/v1/timers/q1/t1"},
 	{method: "DELETE", pattern: "/v1/timers/{queue}/{id...}", path: "/v1/timers/q1/none"},
