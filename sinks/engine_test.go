@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,11 +17,13 @@ import (
 	"github.com/sigwatch/sigwatch/sinks"
 )
 
-// rig is a stream, a Redis and the sinks under test.
+// rig is a stream, a Redis and the sinks under test, whose log goes to
+// log.
 type rig struct {
 	env   *testenv.Env
 	store *shard.Store
 	pub   *dispatch.Bus
+	log   testenv.LogBuffer
 }
 
 func newRig(t *testing.T) *rig {
@@ -35,7 +38,8 @@ func newRig(t *testing.T) *rig {
 // start builds and runs the sinks cs until the test ends.
 func (r *rig) start(t *testing.T, cs []sinks.Config, env map[string]string) *sinks.Sinks {
 	t.Helper()
-	ss, err := sinks.New(t.Context(), sinks.Options{Sinks: cs, Store: r.store, Pub: r.pub, Getenv: func(k string) string { return env[k] }})
+	ss, err := sinks.New(t.Context(), sinks.Options{Sinks: cs, Store: r.store, Pub: r.pub, Getenv: func(k string) string { return env[k] },
+		Log: slog.New(slog.NewTextHandler(&r.log, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,6 +184,9 @@ func TestGoneDisablesOnlyThatSink(t *testing.T) {
 	}
 	if views[0].State != sinks.StateDisabled || !strings.Contains(views[0].LastError, "410") || views[1].State != sinks.StateOK {
 		t.Errorf("views %+v; want gone disabled (410), fine ok", views)
+	}
+	if log := r.log.String(); !strings.Contains(log, "sink disabled") || !strings.Contains(log, "sink=gone") {
+		t.Errorf("no log line says the sink gone is disabled:\n%s", log)
 	}
 }
 
