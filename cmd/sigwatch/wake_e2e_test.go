@@ -77,10 +77,11 @@ func TestIdleShardsWakeForEarlierWork(t *testing.T) {
 				// claims). The fire-lag target (50ms at p99) is measured in
 				// bench/, on a quiet machine, where this test sees under 20ms;
 				// beside the rest of the suite under -race on two cores it
-				// has seen 350ms, so the bound only tells a wake from a poll.
+				// has seen a second, so the bound only tells a wake from a
+				// poll.
 				slices.Sort(lates)
-				if lates[2] > time.Second {
-					t.Errorf("%s: lateness %v: want none above 1s", round, lates)
+				if lates[2] > 3*time.Second {
+					t.Errorf("%s: lateness %v: want none above 3s", round, lates)
 				}
 			}
 			check("idle")
