@@ -50,8 +50,8 @@ FUZZTIME ?= 10s
 # SLOW and SLOW2 are the longest process-level fault tests of cmd/sigwatch, which mostly wait out
 # thresholds, leases and outages: each list runs in a go test of its own beside ./..., so that
 # cmd/sigwatch is not one long line of them while the other packages are long done. SLOW2 holds
-# tests that mostly wait, so that three lines of them do not starve the two cores. Their output is
-# shown when they end.
+# tests that mostly wait, and starts four minutes in, once most other packages are done, so that the
+# lines do not starve the two cores between them. Their output is shown when they end.
 # SINKSLOW, the sink tests that wait out a 2/s budget over 500 alarms and a receiver down for a
 # minute, run in a fourth line; after them, once the other packages are done, the ingest tests run a
 # second time with ingest subscribing over MQTT 5 (mqtt.protocol: 5); the tests on the NATS MQTT
@@ -63,7 +63,7 @@ SLOW2 := ^(TestSinksCarryRealAlarms|TestSinkDeliveryAcrossKill|TestHealthzStaysO
 test: test-deps lint
 	@slow=$$(mktemp); slow2=$$(mktemp); mq5=$$(mktemp); \
 	$(GO) test -race -count=1 -timeout 18m -run '$(SLOW)' ./cmd/sigwatch > $$slow 2>&1 & pid=$$!; \
-	$(GO) test -race -count=1 -timeout 18m -run '$(SLOW2)' ./cmd/sigwatch > $$slow2 2>&1 & pid2=$$!; \
+	{ sleep 240; $(GO) test -race -count=1 -timeout 18m -run '$(SLOW2)' ./cmd/sigwatch; } > $$slow2 2>&1 & pid2=$$!; \
 	{ $(GO) test -race -count=1 -timeout 12m -run '$(SINKSLOW)' ./sinks && \
 	  SIGWATCH_TEST_MQTT_PROTOCOL=5 $(GO) test -race -count=1 -timeout 10m ./ingest; } > $$mq5 2>&1 & pid5=$$!; \
 	$(GO) test -race -count=1 -timeout 18m -skip '$(SLOW)|$(SLOW2)|$(SINKSLOW)' ./...; rc=$$?; \

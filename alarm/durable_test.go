@@ -46,7 +46,7 @@ func TestAnnouncedStateIsKept(t *testing.T) {
 	})
 	ids := h.raiseAll("ann", n)
 	for _, id := range ids {
-		h.notes.Wait(t, 10*time.Second, id+" repeat 2", func(a dispatch.Alarm) bool {
+		h.notes.Wait(t, 30*time.Second, id+" repeat 2", func(a dispatch.Alarm) bool {
 			return a.Device == id && a.State == Repeat && a.Count >= 2
 		})
 	}
@@ -80,7 +80,7 @@ func TestAnnouncedStateIsKept(t *testing.T) {
 	for _, id := range ids {
 		notes := h.notesOf(id)
 		after := notes[len(notes)-1].Body.Count + 2
-		h.notes.Wait(t, 10*time.Second, id+" repeats on", func(a dispatch.Alarm) bool {
+		h.notes.Wait(t, 30*time.Second, id+" repeats on", func(a dispatch.Alarm) bool {
 			return a.Device == id && a.State == Repeat && a.Count >= after
 		})
 	}
