@@ -47,30 +47,27 @@ FUZZTIME ?= 10s
 # The cmd/sigwatch tests build sigwatch with the demo tag themselves, so TestDemoShowsLostDevices runs
 # here. bench/ and deploy/check are modules of their own, which ./... does not reach.
 #
-# SLOW and SLOW2 are the longest process-level fault tests of cmd/sigwatch, which mostly wait out
-# thresholds, leases and outages: each list runs in a go test of its own beside ./..., so that
-# cmd/sigwatch is not one long line of them while the other packages are long done. SLOW2 holds
-# tests that mostly wait, and starts four minutes in, once most other packages are done, so that the
-# lines do not starve the two cores between them. Their output is shown when they end.
+# SLOW are the longest process-level fault tests of cmd/sigwatch, which mostly wait out thresholds,
+# leases and outages: they run in a go test of their own beside ./..., so that cmd/sigwatch is not
+# one long line of them while the other packages are long done (a third line of them starved the
+# two cores). Its output is shown when it ends.
 # SINKSLOW, the sink tests that wait out a 2/s budget over 500 alarms and a receiver down for a
 # minute, run in a fourth line; after them, once the other packages are done, the ingest tests run a
 # second time with ingest subscribing over MQTT 5 (mqtt.protocol: 5); the tests on the NATS MQTT
 # listener, which speaks 3.1.1 only, skip there.
 SINKSLOW := ^(TestSinkBudgetTwoPerSecond|TestSinkReceiverDownAMinute)$$
-SLOW := ^(TestBrokerBlipLosesNoLiveDevice|TestTimersFireOnceAcrossFaults|TestRedisStoppedAPIAnswersFast|TestRedisKilledAPIAnswersFast|TestRedisRestartedGracefully|TestStalledReplicaBringsNothingBack|TestNATSClusterFailover|TestClockSkewTwoProcesses|TestTwoProcessesKillOne|TestRedisEverySecKilled|TestRedisRestartedEmpty|TestRedisClusterMasterFailover|TestRedisSentinelFailover|TestStormSurvivesRedisLoss|TestTimersSurviveRedisEmpty|TestTimersSentinelFailoverToLaggedReplica)$$
-SLOW2 := ^(TestSinksCarryRealAlarms|TestSinkDeliveryAcrossKill|TestHealthzStaysOKWhileRedisIsDown|TestHealthzStaysOKWhileNATSIsDown|TestHealthzStaysOKWhileTheBrokerIsDown|TestRateLimitPacesAStorm|TestOwnConnectionCutNoGrace|TestRollingRestartSharedGroup|TestStaleScannerReleasedPastDuplicatesWindow|TestNATSClusterFrozenNode)$$
+SLOW := ^(TestBrokerBlipLosesNoLiveDevice|TestTimersFireOnceAcrossFaults|TestRedisStoppedAPIAnswersFast|TestRedisKilledAPIAnswersFast|TestRedisRestartedGracefully|TestStalledReplicaBringsNothingBack|TestNATSClusterFailover|TestClockSkewTwoProcesses|TestTwoProcessesKillOne|TestRedisEverySecKilled|TestRedisRestartedEmpty|TestRedisClusterMasterFailover|TestRedisSentinelFailover|TestStormSurvivesRedisLoss|TestTimersSurviveRedisEmpty|TestTimersSentinelFailoverToLaggedReplica|TestSinksCarryRealAlarms|TestSinkDeliveryAcrossKill)$$
 
 test: test-deps lint
-	@slow=$$(mktemp); slow2=$$(mktemp); mq5=$$(mktemp); \
+	@slow=$$(mktemp); mq5=$$(mktemp); \
 	$(GO) test -race -count=1 -timeout 18m -run '$(SLOW)' ./cmd/sigwatch > $$slow 2>&1 & pid=$$!; \
-	{ sleep 240; $(GO) test -race -count=1 -timeout 18m -run '$(SLOW2)' ./cmd/sigwatch; } > $$slow2 2>&1 & pid2=$$!; \
 	{ $(GO) test -race -count=1 -timeout 12m -run '$(SINKSLOW)' ./sinks && \
 	  SIGWATCH_TEST_MQTT_PROTOCOL=5 $(GO) test -race -count=1 -timeout 10m ./ingest; } > $$mq5 2>&1 & pid5=$$!; \
-	$(GO) test -race -count=1 -timeout 18m -skip '$(SLOW)|$(SLOW2)|$(SINKSLOW)' ./...; rc=$$?; \
-	wait $$pid; src=$$?; wait $$pid2; src2=$$?; wait $$pid5; m5=$$?; \
-	echo "--- cmd/sigwatch, the slow fault tests:"; cat $$slow $$slow2; echo "--- the long sink tests, and ingest over MQTT 5:"; tail -n 200 $$mq5; \
-	rm -f $$slow $$slow2 $$mq5; \
-	[ $$rc -eq 0 ] && [ $$src -eq 0 ] && [ $$src2 -eq 0 ] && [ $$m5 -eq 0 ]
+	$(GO) test -race -count=1 -timeout 18m -skip '$(SLOW)|$(SINKSLOW)' ./...; rc=$$?; \
+	wait $$pid; src=$$?; wait $$pid5; m5=$$?; \
+	echo "--- cmd/sigwatch, the slow fault tests:"; cat $$slow; echo "--- the long sink tests, and ingest over MQTT 5:"; tail -n 200 $$mq5; \
+	rm -f $$slow $$mq5; \
+	[ $$rc -eq 0 ] && [ $$src -eq 0 ] && [ $$m5 -eq 0 ]
 	cd bench && $(GO) test -race -count=1 -timeout 12m ./...
 	cd deploy/check && $(GO) test -count=1 -timeout 10m ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s
