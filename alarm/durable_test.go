@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sigwatch/sigwatch/dispatch"
+	"github.com/sigwatch/sigwatch/shard"
 )
 
 // TestAnnouncedStateIsKept: every notification's state is in the durable
@@ -95,4 +96,58 @@ func announced(raw string, n dispatch.Alarm) bool {
 		return false
 	}
 	return slices.ContainsFunc(st.Pending, func(p Note) bool { return p.ID == n.ID }) || st.Count >= n.Count
+}
+
+// TestPutBackWhileItsTimerIsHandled: a state put back while a scanner
+// handles the device's old timer (claimed, found without a state, about to
+// be removed by compare-and-remove on its claimed score) keeps a timer: the
+// put back gives it a new score, so the removal leaves it, and the alarm
+// repeats.
+func TestPutBackWhileItsTimerIsHandled(t *testing.T) {
+	h := newSteppedHarness(t)
+	const id = "put-1"
+	r1, stop := h.alarms("r1", policy())
+	h.signal(id, "")
+	h.wait(id, Raised, "", 5*time.Second)
+	v, ok, err := r1.Get(h.ctx, id)
+	if err != nil || !ok || v.Next == 0 {
+		t.Fatalf("alarm of %s: %+v %v %v, want a repeat to come", id, v, ok, err)
+	}
+	raw, err := h.alarmsLoad(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+
+	// The states are lost; the repeat timer comes due and is claimed.
+	k := h.store.Keys()
+	for _, leaf := range []string{statesLeaf, openLeaf} {
+		if err := h.store.Do(h.ctx, "HDEL", []string{k.InPart(id, leaf)}, id).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claimed := v.Next
+	h.clock.Set(time.UnixMilli(claimed))
+	i := shard.Of(id, 4)
+	remove, _, err := r1.wake(h.ctx, i, shard.Entry{ID: id, Deadline: claimed}, h.clock.Now(), dispatch.Fence{})
+	if err != nil || !remove {
+		t.Fatalf("wake without a state: remove %v, %v; want remove", remove, err)
+	}
+	// The state is put back before the scanner settles.
+	if err := r1.PutBack(h.ctx, id, raw); err != nil {
+		t.Fatal(err)
+	}
+	timers := h.timers.Keys().Timers(shard.Repeats, i)
+	removed, err := h.timers.Do(h.ctx, "EVAL", nil,
+		`if redis.call('ZSCORE', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('ZREM', KEYS[1], ARGV[1]) end return 0`,
+		"1", timers, id, fmt.Sprint(claimed)).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if removed != 0 {
+		t.Errorf("the scanner's compare-and-remove took the timer of the state put back")
+	}
+	h.clock.Set(time.UnixMilli(claimed + 10))
+	h.alarms("r2", policy())
+	h.wait(id, Repeat, "", 5*time.Second)
 }

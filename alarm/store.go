@@ -186,10 +186,11 @@ func (a *Alarms) PutBack(ctx context.Context, id, raw string) error {
 			return err
 		}
 		if ok {
-			if err := a.reseat(ctx, st, a.opts.Now()); err != nil {
+			now := a.opts.Now()
+			if err := a.reseat(ctx, st, now); err != nil {
 				return err
 			}
-			return a.restore(ctx, id, st.wake(a.opts.Now().UnixMilli(), pendingRetry))
+			return a.putBackTimer(ctx, id, st.wake(now.UnixMilli(), pendingRetry), now)
 		}
 	}
 	return errContended
@@ -235,11 +236,25 @@ func (a *Alarms) arm(ctx context.Context, id string, at int64, now time.Time) er
 // transition that armed it lost its compare-and-set: the arming may have
 // replaced an earlier timer the winner's state needs.
 func (a *Alarms) restore(ctx context.Context, id string, at int64) error {
+	return a.rearm(ctx, id, at, 0)
+}
+
+// putBackTimer makes id's timer fire no later than at for a state put
+// back. A timer that may be claimed now gets a new score as in arm: a
+// scanner may have claimed it before the state was there, found nothing
+// to do and be about to remove it by compare-and-remove.
+func (a *Alarms) putBackTimer(ctx context.Context, id string, at int64, now time.Time) error {
+	return a.rearm(ctx, id, at, now.Add(armSkew).UnixMilli())
+}
+
+// rearm arms id's timer in its shard for a state already written (see
+// shard.Store.Arm for horizon).
+func (a *Alarms) rearm(ctx context.Context, id string, at, horizon int64) error {
 	if at <= 0 {
 		return nil
 	}
 	i := shard.Of(id, a.rtopo.Current().Shards)
-	if _, _, err := a.timers.Arm(ctx, shard.Repeats, i, id, at, 0, true); err != nil {
+	if _, _, err := a.timers.Arm(ctx, shard.Repeats, i, id, at, horizon, true); err != nil {
 		return fmt.Errorf("alarm: restore timer of %s: %w", id, err)
 	}
 	return nil

@@ -101,7 +101,7 @@ func (a *Alarms) putBackStorm(ctx context.Context, sc, raw string) error {
 		}
 		now := a.opts.Now()
 		if len(st.Pending) > 0 {
-			if err := a.restore(ctx, ScopeAlarmID(sc), now.UnixMilli()); err != nil {
+			if err := a.putBackTimer(ctx, ScopeAlarmID(sc), now.UnixMilli(), now); err != nil {
 				return err
 			}
 		}
