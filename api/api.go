@@ -1,9 +1,7 @@
 package api
 
 import (
-	"context"
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -27,8 +25,17 @@ import (
 
 // Config is the http section: the admin API and metrics listener.
 type Config struct {
-	Addr  string `yaml:"addr"`
+	Addr string `yaml:"addr"`
+	// Token is the admin token of installations from before roles: it
+	// keeps working as a token named http.token with the admin role.
 	Token string `yaml:"token"`
+	// Tokens are the named tokens, each with a role (see auth.go).
+	Tokens []TokenConfig `yaml:"tokens"`
+	// TLS serves HTTPS when its cert_file is set (see serve.go).
+	TLS ServerTLS `yaml:"tls"`
+	// MetricsAuth is "open" (the default) or "token": /metrics then needs
+	// a token of any role.
+	MetricsAuth string `yaml:"metrics_auth"`
 	// RequestTimeout is the longest a /v1 request waits for its answer
 	// before it is answered 503; while Redis or NATS is down the answer
 	// comes sooner, naming it.
@@ -143,26 +150,6 @@ func (a *API) Handler() http.Handler {
 	mux.Handle("GET /v1/events", a.auth(http.HandlerFunc(a.getEvents)))
 	mux.Handle("/v1/", a.auth(a.deadline(jsonMisses(v1))))
 	return jsonMisses(mux)
-}
-
-// Serve serves Handler on ln until ctx ends, then shuts the server down,
-// letting requests in flight finish for up to five seconds.
-func (a *API) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("http: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("http: %w", err)
-	}
-	return nil
 }
 
 func (a *API) auth(next http.Handler) http.Handler {
