@@ -43,7 +43,9 @@ type Config struct {
 }
 
 // DefaultConfig listens on loopback only, where no token is needed.
-func DefaultConfig() Config { return Config{Addr: "127.0.0.1:8080", RequestTimeout: 10 * time.Second} }
+func DefaultConfig() Config {
+	return Config{Addr: "127.0.0.1:8080", MetricsAuth: "open", RequestTimeout: 10 * time.Second}
+}
 
 // Validate refuses an API open to the network without a token.
 func (c Config) Validate() error {
