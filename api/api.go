@@ -1,22 +1,21 @@
 package api
 
 import (
-	"crypto/subtle"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sigwatch/sigwatch/alarm"
 	"github.com/sigwatch/sigwatch/dispatch"
 	"github.com/sigwatch/sigwatch/guard"
 	"github.com/sigwatch/sigwatch/ingest"
 	"github.com/sigwatch/sigwatch/internal/liveness"
-	"github.com/sigwatch/sigwatch/internal/statuspage"
 	"github.com/sigwatch/sigwatch/shard"
 	"github.com/sigwatch/sigwatch/sinks"
 	"github.com/sigwatch/sigwatch/stats"
@@ -56,8 +55,20 @@ func (c Config) Validate() error {
 	if c.RequestTimeout <= 0 {
 		return fmt.Errorf("http.request_timeout %v: give a positive duration, e.g. 10s", c.RequestTimeout)
 	}
-	if !isLoopback(host) && c.Token == "" {
-		return fmt.Errorf("http.addr %s is not loopback: set http.token (SIGWATCH_HTTP_TOKEN) so the API is not open to the network", c.Addr)
+	if !isLoopback(host) && c.Token == "" && len(c.Tokens) == 0 {
+		return fmt.Errorf("http.addr %s is not loopback: set http.tokens or http.token (SIGWATCH_HTTP_TOKEN) so the API is not open to the network", c.Addr)
+	}
+	switch c.MetricsAuth {
+	case "open", "":
+	case "token":
+		if c.Token == "" && len(c.Tokens) == 0 {
+			return fmt.Errorf("http.metrics_auth token: set http.tokens (a token with the metrics role, or any other) for Prometheus to scrape with")
+		}
+	default:
+		return fmt.Errorf("http.metrics_auth %q: want open or token", c.MetricsAuth)
+	}
+	if _, err := resolveTokens(c, os.Getenv); err != nil {
+		return err
 	}
 	return nil
 }
@@ -88,8 +99,9 @@ type Options struct {
 	Sinks    *sinks.Sinks       // nil when none are configured
 	// Gatherer serves /metrics; Stalled lists the loops that make no
 	// progress, for /healthz.
-	Gatherer prometheus.Gatherer
-	Stalled  func() []string
+	Gatherer   prometheus.Gatherer
+	Registerer prometheus.Registerer
+	Stalled    func() []string
 	// Deps says whether Redis or NATS is down (nil: never), for the
 	// deadline of every /v1 request and /readyz.
 	Deps *liveness.Deps
@@ -98,71 +110,59 @@ type Options struct {
 }
 
 // API is the admin API of one process.
-type API struct{ o Options }
-
-// New returns the API serving o.
-func New(o Options) *API { return &API{o: o} }
-
-// Handler is every route. /metrics, /healthz and /readyz are open (they
-// carry no device data); /v1 needs the bearer token when one is set.
-func (a *API) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(a.o.Gatherer, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", a.healthz)
-	mux.HandleFunc("GET /readyz", a.readyz)
-	mux.Handle("GET /{$}", statuspage.Handler()) // the status page: no data, its script calls /v1 with the token
-	mux.Handle("GET /ui/", statuspage.Handler())
-
-	v1 := http.NewServeMux()
-	v1.HandleFunc("GET /v1/devices", a.getDevices)
-	v1.HandleFunc("GET /v1/alarms", a.withAlarms(a.getAlarms))
-	v1.HandleFunc("GET /v1/devices/{id}", a.getDevice)
-	v1.HandleFunc("DELETE /v1/devices/{id}", a.deleteDevice)
-	v1.HandleFunc("PUT /v1/devices/{id}/threshold", a.putThreshold)
-	v1.HandleFunc("PUT /v1/devices/{id}/group", a.putGroup)
-	v1.HandleFunc("POST /v1/devices/{id}/ack", a.postAck)
-	v1.HandleFunc("GET /v1/types", a.getTypes)
-	v1.HandleFunc("GET /v1/types/{type}", a.getType)
-	v1.HandleFunc("PUT /v1/types/{type}", a.putType)
-	v1.HandleFunc("DELETE /v1/types/{type}", a.deleteType)
-	v1.HandleFunc("GET /v1/mutes", a.withAlarms(a.getMutes))
-	v1.HandleFunc("POST /v1/mutes", a.withAlarms(a.postMute))
-	v1.HandleFunc("DELETE /v1/mutes/{id}", a.withAlarms(a.deleteMute))
-	v1.HandleFunc("POST /v1/signals", a.postSignals)
-	v1.HandleFunc("GET /v1/shards", a.getShards)
-	v1.HandleFunc("POST /v1/shards/double", a.postShardsDouble)
-	v1.HandleFunc("GET /v1/stats", a.getStats)
-	v1.HandleFunc("GET /v1/storms", a.withAlarms(a.getStorms))
-	v1.HandleFunc("POST /v1/groups/{group}/ack", a.withAlarms(a.postGroupAck))
-	v1.HandleFunc("POST /v1/fleet/ack", a.withAlarms(a.postFleetAck))
-	v1.HandleFunc("GET /v1/sinks", a.getSinks)
-	v1.HandleFunc("POST /v1/sinks/{name}/test", a.postSinkTest)
-	if a.o.Timers != nil {
-		v1.HandleFunc("PUT /v1/timers/{queue}/{id...}", a.putTimer)
-		v1.HandleFunc("GET /v1/timers/{queue}/{id...}", a.getTimer)
-		v1.HandleFunc("DELETE /v1/timers/{queue}/{id...}", a.deleteTimer)
-		v1.HandleFunc("POST /v1/timers/{queue}", a.postTimers)
-	} else {
-		v1.HandleFunc("/v1/timers/", func(w http.ResponseWriter, _ *http.Request) {
-			writeError(w, http.StatusServiceUnavailable, "timers are off here (timers.enabled: false)")
-		})
-	}
-	// The event stream lasts as long as its reader and needs NATS alone:
-	// it is served without the deadline.
-	mux.Handle("GET /v1/events", a.auth(http.HandlerFunc(a.getEvents)))
-	mux.Handle("/v1/", a.auth(a.deadline(jsonMisses(v1))))
-	return jsonMisses(mux)
+type API struct {
+	o        Options
+	tokens   *tokenSet
+	throttle *throttle
+	m        *metrics
 }
 
-func (a *API) auth(next http.Handler) http.Handler {
-	if a.o.Token == "" {
-		return next
+// New returns the API serving o. A token that can no longer be read (its
+// variable or file changed since the configuration was checked) is not
+// accepted, and the error is logged.
+func New(o Options) *API {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
 	}
-	want := []byte("Bearer " + a.o.Token)
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	a := &API{o: o, tokens: &tokenSet{cfg: o.Config, getenv: os.Getenv}, throttle: newThrottle(), m: newMetrics(o.Registerer)}
+	if err := a.tokens.reload(); err != nil {
+		o.Log.Error("http tokens", "err", err)
+	}
+	return a
+}
+
+// Reload reads the tokens of http.tokens again, from their variables and
+// files: a token is added, rotated or revoked without a restart. On an
+// error the tokens in force stay.
+func (a *API) Reload() error { return a.tokens.reload() }
+
+// Handler is every route of Routes, each behind the role it declares, with
+// the security headers on every answer.
+func (a *API) Handler() http.Handler {
+	mux := http.NewServeMux()
+	for _, rt := range a.routes() {
+		h := rt.h
+		if strings.HasPrefix(rt.Path, "/v1/") && !rt.stream {
+			h = a.deadline(h)
+		}
+		mux.Handle(rt.Method+" "+rt.Path, a.auth(rt.Route, h))
+	}
+	return secure(jsonMisses(mux))
+}
+
+// secure sets the headers every answer carries. The status page sets its
+// own Content-Security-Policy.
+func secure(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
-			return
+		h := w.Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			h.Set("Cache-Control", "no-store")
 		}
 		next.ServeHTTP(w, r)
 	})
