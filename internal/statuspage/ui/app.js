@@ -153,6 +153,16 @@ $('forget').addEventListener('click', () => {
   poll();
 });
 
+// renderWho shows whose token the page uses; the buttons its role may not
+// use are hidden (style.css), as the API would refuse them.
+function renderWho(w) {
+  const role = (w && w.role) || 'admin';
+  document.body.dataset.role = role;
+  const named = w && w.name && w.name !== 'local';
+  $('who').hidden = !named;
+  $('who').textContent = named ? w.name + ' · ' + role + (role === 'viewer' || role === 'metrics' ? ' (read only)' : '') : '';
+}
+
 // --- paged lists ---
 
 // Pager follows the API's opaque cursors: the stack holds the cursor of
@@ -275,7 +285,7 @@ function renderStorms(data) {
     // Older servers have only the counts of the storm's last transition.
     const live = typeof s.lost === 'number' && typeof s.size === 'number';
     if (al.state && al.state !== 'idle') {
-      const ack = el('button', 'ack', 'ack');
+      const ack = el('button', 'ack', 'ack needs-operator');
       ack.type = 'button';
       ack.dataset.scope = s.scope;
       ack.dataset.group = s.group || '';
@@ -393,9 +403,9 @@ function alarmRow(a) {
   tr.dataset.device = a.device;
   const state = a.muted && a.state !== 'muted' ? a.state + ', muted' : a.state;
   let when = '–';
-  if (a.acked_until) when = 'acked ' + until(a.acked_until);
+  if (a.acked_until) when = 'acked ' + until(a.acked_until) + (a.acked_by ? ' by ' + a.acked_by : '');
   else if (a.next_repeat) when = a.next_repeat > Date.now() ? 'repeat ' + until(a.next_repeat) : 'repeat due';
-  const ack = el('button', 'ack', 'ack');
+  const ack = el('button', 'ack', 'ack needs-operator');
   ack.type = 'button';
   ack.dataset.device = a.device;
   ack.dataset.scope = a.scope || '';
@@ -405,7 +415,7 @@ function alarmRow(a) {
   acts.append(ack);
   if (!a.scope) {
     // Mutes name a device or a type; a storm alarm is muted by its type.
-    const mute = el('button', 'mute', 'mute');
+    const mute = el('button', 'mute', 'mute needs-operator');
     mute.type = 'button';
     mute.dataset.device = a.device;
     mute.dataset.action = 'mute';
@@ -777,10 +787,16 @@ async function refresh() {
     ['alarms', fillPage('/v1/alarms', { state: 'active,acked,flapping' }, 'alarms', alarmsPager.cursor())],
     ['storms', api('GET', '/v1/storms?limit=' + STORMS)],
     ['sinks', api('GET', '/v1/sinks')],
+    ['who', api('GET', '/v1/whoami')],
   ];
   const res = await Promise.allSettled(calls.map((c) => c[1]));
+  // An older sigwatch has no whoami: its one token may do everything.
+  const whoAt = calls.findIndex((c) => c[0] === 'who');
+  if (res[whoAt].status === 'rejected' && res[whoAt].reason.status === 404) {
+    res[whoAt] = { status: 'fulfilled', value: { name: '', role: 'admin' } };
+  }
   if (res.some((r) => r.status === 'rejected' && r.reason.status === 401)) {
-    askToken(token ? 'The token was refused; enter the API token again.' : 'This sigwatch needs its API token (http.token).');
+    askToken(token ? 'The token was refused; enter the API token again.' : 'This sigwatch needs an API token.');
     showErrors([]);
     $('forget').hidden = true;
     return;
@@ -815,6 +831,7 @@ async function refresh() {
   if ('lost devices' in val) renderLost(val['lost devices']);
   if ('storms' in val) renderStorms(val.storms);
   if ('sinks' in val) renderSinks(val.sinks);
+  if ('who' in val) renderWho(val.who);
   if ('alarms' in val) {
     const held = val.stats ? pick(val.stats, 'alarms.held') : undefined;
     const opened = {};
