@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/sigwatch/sigwatch/alarm"
 	"github.com/sigwatch/sigwatch/api"
@@ -86,6 +89,37 @@ var notSettings = []string{
 	"SIGWATCH_BENCH_CHILD",
 }
 
+// namedVariables are the variables path names for secrets (tokens, sink
+// URLs and keys): a SIGWATCH_* one among them is not a setting. A file
+// that does not parse names none; Load says what is wrong with it.
+func namedVariables(path string) []string {
+	if path == "" {
+		return nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var f struct {
+		HTTP struct {
+			Tokens []api.TokenConfig `yaml:"tokens"`
+		} `yaml:"http"`
+		Sinks []sinks.Config `yaml:"sinks"`
+	}
+	if yaml.Unmarshal(b, &f) != nil {
+		return nil
+	}
+	var out []string
+	for _, t := range f.HTTP.Tokens {
+		out = append(out, t.TokenEnv)
+	}
+	for _, s := range f.Sinks {
+		out = append(out, s.URLEnv, s.RoutingKeyEnv)
+		out = append(out, s.SecretsEnv...)
+	}
+	return slices.DeleteFunc(out, func(v string) bool { return v == "" })
+}
+
 // LoadConfig reads path (if not empty) over the defaults, then applies
 // SIGWATCH_* environment overrides from env, then validates.
 func LoadConfig(path string, env []string) (Config, error) {
@@ -96,7 +130,7 @@ func LoadConfig(path string, env []string) (Config, error) {
 // loadConfig is LoadConfig that also says which variables it applied.
 func loadConfig(path string, env []string) (Config, []string, error) {
 	cfg := DefaultConfig()
-	applied, err := yamlenv.Load(&cfg, path, "SIGWATCH", env, notSettings...)
+	applied, err := yamlenv.Load(&cfg, path, "SIGWATCH", env, append(namedVariables(path), notSettings...)...)
 	if err != nil {
 		return Config{}, nil, err
 	}

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"maps"
 	"bytes"
 	"fmt"
 	"os"
@@ -467,15 +468,31 @@ func checkPodConfig(t *testing.T, m *manifests, w workload, c corev1.Container) 
 			t.Errorf("Secret key %s ships a value: ship the template empty", k)
 		}
 	}
-	// As shipped (empty token) sigwatch refuses, saying what to set.
-	if out, err := runSigwatch(t, podEnv(w.name+"-0", secret), "config", "check", "--config", file); err == nil || !strings.Contains(out, "SIGWATCH_HTTP_TOKEN") {
-		t.Errorf("config check with the Secret as shipped (no token): %v %s; want a refusal naming SIGWATCH_HTTP_TOKEN", err, out)
+	// As shipped (empty tokens) sigwatch refuses, saying what to set.
+	if out, err := runSigwatch(t, podEnv(w.name+"-0", secret), "config", "check", "--config", file); err == nil || !strings.Contains(out, "SIGWATCH_HTTP_") {
+		t.Errorf("config check with the Secret as shipped (no token): %v %s; want a refusal naming a SIGWATCH_HTTP_ token", err, out)
 	}
 	filled := map[string]string{}
+	var tokens []string
 	for k, v := range secret {
 		filled[k] = v
+		if strings.HasPrefix(k, "SIGWATCH_HTTP_") && strings.HasSuffix(k, "TOKEN") {
+			filled[k] = "manifest-check-" + strings.ToLower(k)
+			tokens = append(tokens, k)
+		}
 	}
-	filled["SIGWATCH_HTTP_TOKEN"] = "manifest-check"
+	// Each token the ConfigMap names is required: without it sigwatch
+	// refuses and names it.
+	for _, k := range tokens {
+		if k == "SIGWATCH_HTTP_TOKEN" {
+			continue // http.token: the admin's, kept from before roles
+		}
+		less := maps.Clone(filled)
+		less[k] = ""
+		if out, err := runSigwatch(t, podEnv(w.name+"-0", less), "config", "check", "--config", file); err == nil || !strings.Contains(out, k) {
+			t.Errorf("config check without %s: %v %s; want a refusal naming it", k, err, out)
+		}
+	}
 	ids := map[string]bool{}
 	for _, pod := range []string{"sigwatch-0", "sigwatch-1"} {
 		env := podEnv(pod, filled)
