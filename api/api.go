@@ -59,7 +59,7 @@ func (c Config) Validate() error {
 	if !isLoopback(host) && c.Token == "" {
 		return fmt.Errorf("http.addr %s is not loopback: set http.token (SIGWATCH_HTTP_TOKEN) so the API is not open to the network", c.Addr)
 	}
-	return nil
+	return c.TLS.validate()
 }
 
 func isLoopback(host string) bool {

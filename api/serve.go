@@ -2,11 +2,16 @@ package api
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
+
+	"github.com/sigwatch/sigwatch/internal/tlsconfig"
 )
 
 // ServerTLS is http.tls: HTTPS with a certificate reloaded when its files
@@ -17,10 +22,73 @@ type ServerTLS struct {
 	ClientCAFile string `yaml:"client_ca_file"`
 }
 
+// tlsPoll is how often the certificate files are looked at for a change.
+const tlsPoll = time.Second
+
+// validate reads the files, so that `config check` names a wrong one.
+func (c ServerTLS) validate() error {
+	switch {
+	case c.CertFile == "" && c.KeyFile != "":
+		return errors.New("http.tls.key_file is set without http.tls.cert_file: give both, or neither for plain HTTP")
+	case c.CertFile != "" && c.KeyFile == "":
+		return errors.New("http.tls.cert_file is set without http.tls.key_file: give both, or neither for plain HTTP")
+	case c.CertFile == "" && c.ClientCAFile != "":
+		return errors.New("http.tls.client_ca_file needs http.tls.cert_file and key_file: mutual TLS is served over HTTPS only")
+	case c.CertFile == "":
+		return nil
+	}
+	_, err := c.server(slog.New(slog.DiscardHandler))
+	return err
+}
+
+// server reads the files; nil when TLS is off.
+func (c ServerTLS) server(log *slog.Logger) (*tlsconfig.Server, error) {
+	if c.CertFile == "" {
+		return nil, nil
+	}
+	s, err := tlsconfig.NewServer(c.CertFile, c.KeyFile, c.ClientCAFile, log)
+	if err != nil {
+		return nil, fmt.Errorf("http.tls.%w", err)
+	}
+	return s, nil
+}
+
 // Serve serves Handler on ln until ctx ends, then shuts the server down,
-// letting requests in flight finish for up to five seconds.
-func (a *API) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+// letting requests in flight finish for up to five seconds. With
+// http.tls.cert_file it serves HTTPS, reading the files again when they
+// change on disk or when reload receives (SIGHUP; nil: never).
+func (a *API) Serve(ctx context.Context, ln net.Listener, reload <-chan os.Signal) error {
+	log := a.o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ts, err := a.o.TLS.server(log.With("role", "http"))
+	if err != nil {
+		return err
+	}
+	// No WriteTimeout: GET /v1/events streams for as long as it is read.
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	if ts != nil {
+		srv.Handler = hsts(srv.Handler)
+		srv.TLSConfig = ts.Config()
+		ln = tls.NewListener(ln, srv.TLSConfig)
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go ts.Watch(wctx, tlsPoll)
+		go func() {
+			for {
+				select {
+				case <-wctx.Done():
+					return
+				case <-reload:
+					ts.Reload()
+				}
+			}
+		}()
+		log.Info("serving HTTPS", "serial", ts.Serial(), "mutual_tls", a.o.TLS.ClientCAFile != "")
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -35,4 +103,12 @@ func (a *API) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("http: %w", err)
 	}
 	return nil
+}
+
+// hsts tells browsers to come back over HTTPS only, for a year.
+func hsts(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Strict-Transport-Security", "max-age=31536000")
+		h.ServeHTTP(w, r)
+	})
 }
