@@ -140,6 +140,9 @@ func (c *apiClient) refusal(resp *http.Response, body []byte) error {
 	}
 	what := "an empty body"
 	trimmed := strings.TrimSpace(string(body))
+	if strings.Contains(trimmed, "HTTP request to an HTTPS server") {
+		return fmt.Errorf("the API at %s serves HTTPS: use https:// in --api (and --ca if its CA is not one this host trusts)", *c.base)
+	}
 	switch ct := resp.Header.Get("Content-Type"); {
 	case strings.HasPrefix(ct, "text/html") || strings.HasPrefix(trimmed, "<"):
 		what = "an HTML page"

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -29,6 +30,9 @@ func (c *apiClient) httpClient() (*http.Client, error) {
 		return nil, err
 	}
 	t.TLSClientConfig = cfg
+	// HTTP/1.1: over HTTP/2 a refused handshake reads only as "could not
+	// be established", and tlsError could not say why.
+	t.ForceAttemptHTTP2 = false
 	c.hc = &http.Client{Transport: t}
 	return c.hc, nil
 }
@@ -70,7 +74,7 @@ func (c *apiClient) tlsError(err error) string {
 	var unknown x509.UnknownAuthorityError
 	var host x509.HostnameError
 	var invalid x509.CertificateInvalidError
-	var alert tls.AlertError
+	var remote *net.OpError // a TLS alert from the API: "remote error: tls: ..."
 	var notTLS tls.RecordHeaderError
 	switch {
 	case errors.As(err, &unknown):
@@ -79,10 +83,12 @@ func (c *apiClient) tlsError(err error) string {
 		return fmt.Sprintf("the API at %s shows a certificate that is not for %s (it is for %s): use a name it is for in --api", *c.base, host.Host, certNames(host.Certificate))
 	case errors.As(err, &invalid):
 		return fmt.Sprintf("the API at %s shows a certificate this host refuses: %s", *c.base, strings.TrimPrefix(invalid.Error(), "x509: "))
-	case errors.As(err, &alert) && *c.tls.cert == "":
+	case errors.As(err, &remote) && remote.Op == "remote error" && *c.tls.cert == "":
 		return fmt.Sprintf("the API at %s wants a client certificate: give --cert and --key (SIGWATCH_API_CERT, SIGWATCH_API_KEY)", *c.base)
-	case errors.As(err, &alert):
-		return fmt.Sprintf("the API at %s refused the handshake (%s): is --cert signed by its http.tls.client_ca_file?", *c.base, strings.TrimPrefix(alert.Error(), "tls: "))
+	case errors.As(err, &remote) && remote.Op == "remote error":
+		// A certificate of a CA the API does not list is not even sent, so
+		// "certificate required" means that too.
+		return fmt.Sprintf("the API at %s refused the client certificate (%s): give one signed by a CA of its http.tls.client_ca_file", *c.base, strings.TrimPrefix(remote.Err.Error(), "tls: "))
 	case errors.As(err, &notTLS):
 		return fmt.Sprintf("the API at %s does not speak HTTPS: use http:// in --api", *c.base)
 	}
