@@ -10,6 +10,9 @@
 //
 //   - api.go: Config (the http section), Options, API, Handler (the
 //     routes), Serve, and the bearer token.
+//   - serve.go: Serve, over HTTPS when http.tls is set (ServerTLS): the
+//     certificate read again when its files change or on SIGHUP, mutual
+//     TLS with a client CA, HSTS.
 //   - respond.go: writeJSON, the error-to-status mapping, the limit of a
 //     listing, the id check ingest shares, the body decoder that names an
 //     unknown field, and the JSON 404 and 405 of a route that is not there.
