@@ -130,6 +130,14 @@ func TestHTTPSEndToEnd(t *testing.T) {
 		}
 	}
 
+	// healthcheck, as a container's health check runs it.
+	if out, err := sigwatchCLI(t, []string{"SIGWATCH_API_CA=" + ca.File}, "healthcheck", base+"/healthz"); err != nil {
+		t.Errorf("sigwatch healthcheck over HTTPS with SIGWATCH_API_CA: %v\n%s", err, out)
+	}
+	if out, err := sigwatchCLI(t, nil, "healthcheck", base+"/healthz"); err == nil || !strings.Contains(out, "not signed by a CA this host trusts") {
+		t.Errorf("sigwatch healthcheck over HTTPS without the CA: %v\n%s", err, out)
+	}
+
 	// The Go client, given an *http.Client that trusts the CA.
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
