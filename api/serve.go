@@ -5,10 +5,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/sigwatch/sigwatch/internal/tlsconfig"
@@ -69,7 +71,7 @@ func (a *API) Serve(ctx context.Context, ln net.Listener, reload <-chan os.Signa
 	// No WriteTimeout: GET /v1/events streams for as long as it is read.
 	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+		ErrorLog: stdlog.New(serverLog{log}, "", 0)}
 	if ts != nil {
 		srv.Handler = hsts(srv.Handler)
 		srv.TLSConfig = ts.Config()
@@ -103,6 +105,21 @@ func (a *API) Serve(ctx context.Context, ln net.Listener, reload <-chan os.Signa
 		return fmt.Errorf("http: %w", err)
 	}
 	return nil
+}
+
+// serverLog is the http.Server's own log: a failed handshake (a port
+// scanner, a client without a certificate) at debug, anything else, a
+// handler's panic among them, as an error.
+type serverLog struct{ log *slog.Logger }
+
+func (l serverLog) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	if strings.Contains(msg, "TLS handshake error") {
+		l.log.Debug(msg)
+	} else {
+		l.log.Error(msg)
+	}
+	return len(p), nil
 }
 
 // hsts tells browsers to come back over HTTPS only, for a year.
