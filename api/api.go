@@ -70,7 +70,7 @@ func (c Config) Validate() error {
 	if _, err := resolveTokens(c, os.Getenv); err != nil {
 		return err
 	}
-	return nil
+	return c.TLS.validate()
 }
 
 func isLoopback(host string) bool {

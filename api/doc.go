@@ -8,8 +8,18 @@
 //
 // What lives where:
 //
-//   - api.go: Config (the http section), Options, API, Handler (the
-//     routes), Serve, and the bearer token.
+//   - api.go: Config (the http section), Options, API, New, Reload and
+//     Handler, with the headers every answer carries.
+//   - routes.go: every route declared next to the role it needs (Routes),
+//     the token check in front of each, and GET /v1/whoami.
+//   - auth.go: roles, the tokens of http.tokens and http.token (kept as
+//     digests, compared in constant time, read again on SIGHUP), and the
+//     caller a request's context carries.
+//   - throttle.go: failed authentication slowed per client address.
+//   - metrics.go: the API's own metrics.
+//   - serve.go: Serve, over HTTPS when http.tls is set (ServerTLS): the
+//     certificate read again when its files change or on SIGHUP, mutual
+//     TLS with a client CA, HSTS; SIGHUP reads the tokens again too.
 //   - respond.go: writeJSON, the error-to-status mapping, the limit of a
 //     listing, the id check ingest shares, the body decoder that names an
 //     unknown field, and the JSON 404 and 405 of a route that is not there.

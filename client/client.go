@@ -23,7 +23,9 @@ type Options struct {
 	URL string
 	// Token is the API's bearer token (http.token), if it has one.
 	Token string
-	// HTTPClient defaults to a client with a 10s timeout.
+	// HTTPClient defaults to a client with a 10s timeout. Give one whose
+	// transport trusts the API's CA for https (http.tls), and shows a
+	// client certificate for mutual TLS; see Example_https.
 	HTTPClient *http.Client
 	// NATS is needed by Publish, Request and Subscribe.
 	NATS *nats.Conn

@@ -19,11 +19,13 @@ import (
 // API's own http.request_timeout (10s), so that its 503 saying why arrives first.
 const defaultTimeout = 15 * time.Second
 
-// apiClient is the HTTP API as every CLI verb reaches it: --api, --token
-// and --timeout, one deadline per call, and one-line errors.
+// apiClient is the HTTP API as every CLI verb reaches it: --api, --token,
+// --timeout and the TLS flags, one deadline per call, and one-line errors.
 type apiClient struct {
 	base, token *string
 	timeout     *time.Duration
+	tls         tlsFlags
+	hc          *http.Client // built from tls at the first call
 }
 
 // apiFlags adds the flags of every command that talks to the HTTP API.
@@ -32,6 +34,11 @@ func apiFlags(fs *flag.FlagSet) *apiClient {
 		base:    fs.String("api", envOr("SIGWATCH_API", "http://127.0.0.1:8080"), "sigwatch API base URL (env SIGWATCH_API)"),
 		token:   fs.String("token", os.Getenv("SIGWATCH_HTTP_TOKEN"), "API bearer token (env SIGWATCH_HTTP_TOKEN)"),
 		timeout: new(time.Duration),
+		tls: tlsFlags{
+			ca:   fs.String("ca", os.Getenv("SIGWATCH_API_CA"), "CA certificate (PEM) to verify an https --api with, beside the system's (env SIGWATCH_API_CA)"),
+			cert: fs.String("cert", os.Getenv("SIGWATCH_API_CERT"), "client certificate (PEM) for an API with mutual TLS (env SIGWATCH_API_CERT)"),
+			key:  fs.String("key", os.Getenv("SIGWATCH_API_KEY"), "its private key (PEM) (env SIGWATCH_API_KEY)"),
+		},
 	}
 	*c.timeout = defaultTimeout
 	if d, err := time.ParseDuration(os.Getenv("SIGWATCH_TIMEOUT")); err == nil && d > 0 {
@@ -43,6 +50,9 @@ func apiFlags(fs *flag.FlagSet) *apiClient {
 
 // request builds a call of method on path with the token.
 func (c *apiClient) request(ctx context.Context, method, path string, body []byte) (*http.Request, error) {
+	if _, err := c.httpClient(); err != nil {
+		return nil, err
+	}
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(*c.base, "/")+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("--api %q: %v", *c.base, errors.Unwrap(err))
@@ -65,7 +75,7 @@ func (c *apiClient) do(ctx context.Context, method, path string, body []byte) ([
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, c.transportError(ctx, method, path, err)
 	}
@@ -112,6 +122,8 @@ func (c *apiClient) transportError(ctx context.Context, method, path string, err
 		return errors.New("interrupted")
 	case errors.As(err, &op) && op.Op == "dial":
 		return fmt.Errorf("cannot reach the API at %s: is sigwatch running with the api role? (set --api or SIGWATCH_API)", *c.base)
+	case c.tlsError(err) != "":
+		return errors.New(c.tlsError(err))
 	}
 	return fmt.Errorf("the API at %s: %v", *c.base, errors.Unwrap(err))
 }
@@ -128,6 +140,9 @@ func (c *apiClient) refusal(resp *http.Response, body []byte) error {
 	}
 	what := "an empty body"
 	trimmed := strings.TrimSpace(string(body))
+	if strings.Contains(trimmed, "HTTP request to an HTTPS server") {
+		return fmt.Errorf("the API at %s serves HTTPS: use https:// in --api (and --ca if its CA is not one this host trusts)", *c.base)
+	}
 	switch ct := resp.Header.Get("Content-Type"); {
 	case strings.HasPrefix(ct, "text/html") || strings.HasPrefix(trimmed, "<"):
 		what = "an HTML page"

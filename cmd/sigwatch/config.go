@@ -82,6 +82,9 @@ var notSettings = []string{
 	"SIGWATCH_CONFIG",                    // the config file, for run and config check
 	"SIGWATCH_API",                       // the CLI's API URL
 	"SIGWATCH_TIMEOUT",                   // the CLI's deadline per call
+	"SIGWATCH_API_CA",                    // the CLI's CA for an https API
+	"SIGWATCH_API_CERT",                  // the CLI's client certificate, for mutual TLS
+	"SIGWATCH_API_KEY",                   // its key
 	"SIGWATCH_TEST_CLOCK_SKEW",           // a test seam, see testClockSkew
 	"SIGWATCH_TEST_FREEZE_BEFORE_NOTIFY", // a test seam, see testFreeze
 	"SIGWATCH_SCREENSHOTS",               // where the status page tests keep screenshots

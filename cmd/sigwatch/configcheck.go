@@ -100,7 +100,13 @@ func cmdHealthcheck(ctx context.Context, args []string, stdout io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("healthcheck URL %q: want e.g. http://127.0.0.1:8080/readyz", url)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	// An https URL is verified as the CLI's verbs verify the API.
+	env := func(k string) *string { v := os.Getenv(k); return &v }
+	hc := &apiClient{base: &url, tls: tlsFlags{ca: env("SIGWATCH_API_CA"), cert: env("SIGWATCH_API_CERT"), key: env("SIGWATCH_API_KEY")}}
+	if _, err := hc.httpClient(); err != nil {
+		return err
+	}
+	resp, err := hc.hc.Do(req)
 	var op *net.OpError
 	switch {
 	case err == nil:
@@ -108,6 +114,8 @@ func cmdHealthcheck(ctx context.Context, args []string, stdout io.Writer) error 
 		return fmt.Errorf("no answer from %s within %v", url, within)
 	case errors.As(err, &op) && op.Op == "dial":
 		return fmt.Errorf("nothing answers at %s: is sigwatch running?", url)
+	case hc.tlsError(err) != "":
+		return errors.New(hc.tlsError(err))
 	default:
 		return fmt.Errorf("%s: %v", url, errors.Unwrap(err))
 	}

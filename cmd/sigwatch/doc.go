@@ -22,7 +22,8 @@
 //     advisories.go: the NATS MQTT listener's client advisories fed to
 //     ingest as connection events.
 //   - apiclient.go: how every CLI verb reaches the API (--api, --token,
-//     --timeout, one-line errors) and shows times; admin.go: the device and
+//     --timeout, one-line errors) and shows times; apitls.go: its TLS
+//     (--ca, --cert, --key) and what a failed handshake means; admin.go: the device and
 //     mute commands; lists.go, storms.go, stats.go, timers.go, types.go,
 //     sinks.go: the listing, storm, stats, timer, type and sink commands; shards.go: sigwatch shards, through
 //     the API or, with --config, on Redis directly; events.go: sigwatch

@@ -119,7 +119,7 @@ func (f *follower) follow(ctx context.Context) error {
 	}
 	// Only the answer's start has a deadline; the stream itself has none.
 	watchdog := time.AfterFunc(*f.c.timeout, cancel)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := f.c.hc.Do(req)
 	if err != nil {
 		if !watchdog.Stop() {
 			return fmt.Errorf("no answer from the API at %s to GET /v1/events within %v (--timeout, SIGWATCH_TIMEOUT)", *f.c.base, *f.c.timeout)

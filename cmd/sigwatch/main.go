@@ -42,7 +42,8 @@ commands:
 events, device, type, alarm, mute, storm, sink, timer, stats and shards talk to a running
 sigwatch's HTTP API: --api URL (env SIGWATCH_API, default http://127.0.0.1:8080),
 --token (env SIGWATCH_HTTP_TOKEN), --timeout (env SIGWATCH_TIMEOUT, default 15s);
-they print tables with local times, or the API's JSON with --json.
+for an https API, --ca FILE (env SIGWATCH_API_CA) and, with mutual TLS, --cert and --key
+(env SIGWATCH_API_CERT, SIGWATCH_API_KEY); they print tables with local times, or the API's JSON with --json.
 
 Every config key can be overridden by an environment variable,
 e.g. SIGWATCH_REDIS_ADDRS, SIGWATCH_NATS_URL, SIGWATCH_MQTT_BROKERS.

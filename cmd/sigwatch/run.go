@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -166,7 +168,13 @@ func (a *App) run(ctx context.Context) {
 		a.g.Go("alarm topology", func(ctx context.Context) error { a.repeatTopo.Run(ctx); return nil })
 	}
 	if a.api != nil {
-		a.g.Go("http", func(ctx context.Context) error { return a.api.Serve(ctx, a.httpLn) })
+		// SIGHUP reads the tokens and http.tls's files again.
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		a.g.Go("http", func(ctx context.Context) error {
+			defer signal.Stop(hup)
+			return a.api.Serve(ctx, a.httpLn, hup)
+		})
 	}
 	if a.sinks != nil && a.cfg.hasRole("alarm") {
 		a.g.Go("sinks", a.sinks.Run)

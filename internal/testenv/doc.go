@@ -36,6 +36,8 @@
 //   - logbuf.go: LogBuffer, a log sink the code under test may write to
 //     from many goroutines.
 //   - clock.go: a manual clock (Clock).
+//   - tlscerts.go: a throwaway CA (NewCA) that issues server and client
+//     certificates as PEM files.
 //   - receivers.go: Receiver, a local HTTP server that records every call
 //     (Call) and can be taken down and brought back on its port; OverBudget,
 //     the sliding-window check of a rate budget.
