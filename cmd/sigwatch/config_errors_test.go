@@ -92,7 +92,7 @@ func TestConfigCheckSaysWhatItChecked(t *testing.T) {
 		"redis:   10.0.0.1:6379 (key prefix sw)\n",
 		"nats:    nats://127.0.0.1:4222 (jetstream)\n",
 		"mqtt:    tcp://127.0.0.1:1883 as client id sw-a, topics devices/+/signal\n",
-		"http:    listens on 127.0.0.1:8080\n",
+		"http:    listens on 127.0.0.1:8080 (http); no token: whoever reaches it may do everything\n",
 		"ok: the configuration is valid (nothing was connected to)\n",
 	}
 	if got := out.String(); got != strings.Join(want, "") {

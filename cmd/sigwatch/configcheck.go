@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sigwatch/sigwatch/api"
 )
 
 // cmdConfig is `sigwatch config check [--config F]`: load F (or, without
@@ -73,7 +75,7 @@ func writeChecked(w io.Writer, cfg Config, path string, applied []string) {
 		fmt.Fprintf(w, "mqtt:    %s as client id %s, topics %s\n", strings.Join(cfg.MQTT.Brokers, ", "), cfg.MQTT.ClientID, strings.Join(cfg.MQTT.Topics, ", "))
 	}
 	if cfg.hasRole("api") {
-		fmt.Fprintf(w, "http:    listens on %s\n", cfg.HTTP.Addr)
+		fmt.Fprintf(w, "http:    %s\n", httpSummary(cfg.HTTP))
 	}
 	if len(cfg.Sinks) > 0 {
 		var each []string
@@ -132,4 +134,32 @@ func cmdHealthcheck(ctx context.Context, args []string, stdout io.Writer) error 
 	}
 	_, _ = stdout.Write(b)
 	return nil
+}
+
+// httpSummary says where the API listens, how and who may call it: the
+// tokens' names and roles, never the tokens.
+func httpSummary(c api.Config) string {
+	scheme := "http"
+	if c.TLS.CertFile != "" {
+		scheme = "https"
+		if c.TLS.ClientCAFile != "" {
+			scheme += " with client certificates"
+		}
+	}
+	out := fmt.Sprintf("listens on %s (%s)", c.Addr, scheme)
+	var each []string
+	if c.Token != "" {
+		each = append(each, "http.token (admin)")
+	}
+	for _, t := range c.Tokens {
+		each = append(each, fmt.Sprintf("%s (%s)", t.Name, t.Role))
+	}
+	if len(each) == 0 {
+		return out + "; no token: whoever reaches it may do everything"
+	}
+	out += "; tokens: " + strings.Join(each, ", ")
+	if c.MetricsAuth == "token" {
+		out += "; /metrics needs a token"
+	}
+	return out
 }
