@@ -89,6 +89,8 @@ type Options struct {
 	// Gatherer serves /metrics; Stalled lists the loops that make no
 	// progress, for /healthz.
 	Gatherer prometheus.Gatherer
+	// Registerer takes the API's own metrics (the audit trail's); nil: none.
+	Registerer prometheus.Registerer
 	Stalled  func() []string
 	// Deps says whether Redis or NATS is down (nil: never), for the
 	// deadline of every /v1 request and /readyz.
@@ -98,10 +100,13 @@ type Options struct {
 }
 
 // API is the admin API of one process.
-type API struct{ o Options }
+type API struct {
+	o      Options
+	auditM auditMetrics
+}
 
 // New returns the API serving o.
-func New(o Options) *API { return &API{o: o} }
+func New(o Options) *API { return &API{o: o, auditM: newAuditMetrics(o.Registerer)} }
 
 // Handler is every route. /metrics, /healthz and /readyz are open (they
 // carry no device data); /v1 needs the bearer token when one is set.
@@ -117,31 +122,32 @@ func (a *API) Handler() http.Handler {
 	v1.HandleFunc("GET /v1/devices", a.getDevices)
 	v1.HandleFunc("GET /v1/alarms", a.withAlarms(a.getAlarms))
 	v1.HandleFunc("GET /v1/devices/{id}", a.getDevice)
-	v1.HandleFunc("DELETE /v1/devices/{id}", a.deleteDevice)
-	v1.HandleFunc("PUT /v1/devices/{id}/threshold", a.putThreshold)
-	v1.HandleFunc("PUT /v1/devices/{id}/group", a.putGroup)
-	v1.HandleFunc("POST /v1/devices/{id}/ack", a.postAck)
+	v1.HandleFunc("DELETE /v1/devices/{id}", a.audited("device.remove", pathTarget("id"), a.deleteDevice))
+	v1.HandleFunc("PUT /v1/devices/{id}/threshold", a.audited("device.threshold", pathTarget("id"), a.putThreshold))
+	v1.HandleFunc("PUT /v1/devices/{id}/group", a.audited("device.group", pathTarget("id"), a.putGroup))
+	v1.HandleFunc("POST /v1/devices/{id}/ack", a.audited("device.ack", pathTarget("id"), a.postAck))
 	v1.HandleFunc("GET /v1/types", a.getTypes)
 	v1.HandleFunc("GET /v1/types/{type}", a.getType)
-	v1.HandleFunc("PUT /v1/types/{type}", a.putType)
-	v1.HandleFunc("DELETE /v1/types/{type}", a.deleteType)
+	v1.HandleFunc("PUT /v1/types/{type}", a.audited("type.set", pathTarget("type"), a.putType))
+	v1.HandleFunc("DELETE /v1/types/{type}", a.audited("type.delete", pathTarget("type"), a.deleteType))
 	v1.HandleFunc("GET /v1/mutes", a.withAlarms(a.getMutes))
-	v1.HandleFunc("POST /v1/mutes", a.withAlarms(a.postMute))
-	v1.HandleFunc("DELETE /v1/mutes/{id}", a.withAlarms(a.deleteMute))
-	v1.HandleFunc("POST /v1/signals", a.postSignals)
+	v1.HandleFunc("POST /v1/mutes", a.audited("mute.create", nil, a.withAlarms(a.postMute)))
+	v1.HandleFunc("DELETE /v1/mutes/{id}", a.audited("mute.delete", pathTarget("id"), a.withAlarms(a.deleteMute)))
+	v1.HandleFunc("POST /v1/signals", a.audited("signals.post", nil, a.postSignals))
 	v1.HandleFunc("GET /v1/shards", a.getShards)
-	v1.HandleFunc("POST /v1/shards/double", a.postShardsDouble)
+	v1.HandleFunc("POST /v1/shards/double", a.audited("shards.double", nil, a.postShardsDouble))
 	v1.HandleFunc("GET /v1/stats", a.getStats)
 	v1.HandleFunc("GET /v1/storms", a.withAlarms(a.getStorms))
-	v1.HandleFunc("POST /v1/groups/{group}/ack", a.withAlarms(a.postGroupAck))
-	v1.HandleFunc("POST /v1/fleet/ack", a.withAlarms(a.postFleetAck))
+	v1.HandleFunc("POST /v1/groups/{group}/ack", a.audited("group.ack", pathTarget("group"), a.withAlarms(a.postGroupAck)))
+	v1.HandleFunc("POST /v1/fleet/ack", a.audited("fleet.ack", nil, a.withAlarms(a.postFleetAck)))
 	v1.HandleFunc("GET /v1/sinks", a.getSinks)
-	v1.HandleFunc("POST /v1/sinks/{name}/test", a.postSinkTest)
+	v1.HandleFunc("GET /v1/audit", a.getAudit)
+	v1.HandleFunc("POST /v1/sinks/{name}/test", a.audited("sink.test", pathTarget("name"), a.postSinkTest))
 	if a.o.Timers != nil {
-		v1.HandleFunc("PUT /v1/timers/{queue}/{id...}", a.putTimer)
+		v1.HandleFunc("PUT /v1/timers/{queue}/{id...}", a.audited("timer.arm", pathTarget("queue", "id"), a.putTimer))
 		v1.HandleFunc("GET /v1/timers/{queue}/{id...}", a.getTimer)
-		v1.HandleFunc("DELETE /v1/timers/{queue}/{id...}", a.deleteTimer)
-		v1.HandleFunc("POST /v1/timers/{queue}", a.postTimers)
+		v1.HandleFunc("DELETE /v1/timers/{queue}/{id...}", a.audited("timer.cancel", pathTarget("queue", "id"), a.deleteTimer))
+		v1.HandleFunc("POST /v1/timers/{queue}", a.audited("timer.batch", pathTarget("queue"), a.postTimers))
 	} else {
 		v1.HandleFunc("/v1/timers/", func(w http.ResponseWriter, _ *http.Request) {
 			writeError(w, http.StatusServiceUnavailable, "timers are off here (timers.enabled: false)")

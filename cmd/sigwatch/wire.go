@@ -241,7 +241,7 @@ func (a *App) newAPI(context.Context) error {
 	a.api = api.New(api.Options{
 		Config: cfg.HTTP, MaxIDLen: cfg.Ingest.MaxIDLen, Store: a.store, Devices: a.devices, Pub: a.pub, Guard: a.guard,
 		Stats: a.stats, Registry: a.registry, Ingest: a.in, Alarms: a.alarms, Timers: a.timerSvc, Sinks: a.sinks,
-		Gatherer: a.reg, Stalled: a.live.Stalled, Deps: a.deps, Now: a.clock.Now, Log: a.log,
+		Gatherer: a.reg, Registerer: a.reg, Stalled: a.live.Stalled, Deps: a.deps, Now: a.clock.Now, Log: a.log,
 	})
 	return nil
 }
