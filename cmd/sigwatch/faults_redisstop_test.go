@@ -51,6 +51,7 @@ var outageRoutes = []route{
 	{method: "POST", pattern: "/v1/groups/{group}/ack", path: "/v1/groups/g1/ack", body: `{}`},
 	{method: "POST", pattern: "/v1/fleet/ack", path: "/v1/fleet/ack", body: `{}`},
 	{method: "GET", pattern: "/v1/sinks", path: "/v1/sinks"},
+	{method: "GET", pattern: "/v1/audit", path: "/v1/audit"},
 	{method: "POST", pattern: "/v1/sinks/{name}/test", path: "/v1/sinks/none/test"},
 	{method: "PUT", pattern: "/v1/timers/{queue}/{id...}", path: "/v1/timers/q1/t1", body: `{"after":"1h"}`},
 	{method: "GET", pattern: "/v1/timers/{queue}/{id...}", path: "/v1/timers/q1/t1"},
