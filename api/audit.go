@@ -162,7 +162,8 @@ func (a *API) keepAudit(ctx context.Context, rec AuditRecord) {
 	key := a.o.Store.Keys().Meta(auditLeaf)
 	rs := a.o.Store.DoMulti(ctx, shard.Cmd{Name: "LPUSH", Keys: []string{key}, Args: []string{string(b)}},
 		shard.Cmd{Name: "LTRIM", Keys: []string{key}, Args: []string{"0", strconv.Itoa(auditKept - 1)}})
-	if err := rs[0].Error(); err != nil && a.o.Log != nil {
+	// A call that failed for want of Redis said so in its own line.
+	if err := rs[0].Error(); err != nil && rec.Status < 500 && a.o.Log != nil {
 		a.o.Log.Warn("audit record not kept in redis", "action", rec.Action, "err", err)
 	}
 }
