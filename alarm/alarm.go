@@ -210,7 +210,7 @@ type View struct {
 	Next       int64  `json:"next,omitempty"`
 	AckedUntil int64  `json:"acked_until,omitempty"`
 	AckedBy    string `json:"acked_by,omitempty"` // who last acked it
-	Last       string `json:"last,omitempty"` // last notification: state/reason
+	Last       string `json:"last,omitempty"`     // last notification: state/reason
 	At         int64  `json:"at,omitempty"`
 }
 

@@ -89,9 +89,10 @@ type Options struct {
 	// Gatherer serves /metrics; Stalled lists the loops that make no
 	// progress, for /healthz.
 	Gatherer prometheus.Gatherer
+	Stalled  func() []string
+
 	// Registerer takes the API's own metrics (the audit trail's); nil: none.
 	Registerer prometheus.Registerer
-	Stalled  func() []string
 	// Deps says whether Redis or NATS is down (nil: never), for the
 	// deadline of every /v1 request and /readyz.
 	Deps *liveness.Deps
