@@ -120,7 +120,11 @@ func (a *API) audited(action string, target func(*http.Request) string, h http.H
 // waited for at most auditWait.
 func (a *API) audit(ctx context.Context, action, target string, status int, outcome string) {
 	c := callerOf(ctx)
-	rec := AuditRecord{ID: auditID(), At: a.o.Now().UnixMilli(), Who: c.Name, Role: roleName(c.Role),
+	now := time.Now
+	if a.o.Now != nil {
+		now = a.o.Now
+	}
+	rec := AuditRecord{ID: auditID(), At: now().UnixMilli(), Who: c.Name, Role: roleName(c.Role),
 		Action: action, Target: target, Outcome: outcome, Status: status}
 	if a.o.Log != nil {
 		a.o.Log.Info("audit", "who", rec.Who, "role", rec.Role, "action", rec.Action, "target", rec.Target,
