@@ -125,3 +125,39 @@ func appJSON(t *testing.T, app *App, path string, v any) {
 		t.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
 	}
 }
+
+// TestAuditTrailWithNATSDown mutes a device while NATS is down: the call,
+// which needs Redis alone, is answered as usual and in time, and its
+// record is in GET /v1/audit; it is counted as not published.
+func TestAuditTrailWithNATSDown(t *testing.T) {
+	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
+	app := startApp(t, env, func(c *Config) { c.HTTP.Token = "" })
+	ready := func() bool {
+		code, _ := call(t, app, "GET", "/readyz", "", nil)
+		return code == http.StatusOK
+	}
+	testenv.WaitFor(t, 20*time.Second, "ready", ready)
+	env.NATS.Shutdown()
+	start := time.Now()
+	code, mute := call(t, app, "POST", "/v1/mutes", "", map[string]string{"type": "meter", "for": "1h"})
+	took := time.Since(start)
+	if code != http.StatusCreated || took > time.Second {
+		t.Fatalf("POST /v1/mutes with NATS down: %d %v after %v, want 201 within 1s", code, mute, took)
+	}
+	t.Logf("POST /v1/mutes with NATS down answered in %v", took.Round(time.Millisecond))
+	var l api.AuditList
+	appJSON(t, app, "/v1/audit", &l)
+	if len(l.Records) != 1 || l.Records[0].Action != "mute.create" || l.Records[0].Outcome != "ok" || l.Records[0].Who != "local" ||
+		l.Records[0].Target != mute["id"].(string)+" type meter" {
+		t.Errorf("GET /v1/audit with NATS down: %+v, want the mute by local", l.Records)
+	}
+	if n := testenv.Scraped(t, "http://"+app.HTTPAddr()+"/metrics", "sigwatch_audit_publish_failures_total"); n != 1 {
+		t.Errorf("sigwatch_audit_publish_failures_total = %v, want 1", n)
+	}
+	// Back to ready before the app stops, as a stop while NATS is down
+	// reports the consumers that could not start.
+	if err := env.NATS.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "ready again", ready)
+}
