@@ -27,7 +27,7 @@ func TestAckOfMutedAlarmIsSuppressed(t *testing.T) {
 		t.Fatal(err)
 	}
 	until := time.Now().Add(time.Second)
-	v, err := a.Ack(h.ctx, "dev-hush", until)
+	v, err := a.Ack(h.ctx, "dev-hush", until, "")
 	if err != nil || v.State != Acked || v.Last != Acked {
 		t.Fatalf("ack until of the muted device: %+v, %v; want acked, its acked decided", v, err)
 	}
@@ -74,7 +74,7 @@ func TestScopeAckNotifies(t *testing.T) {
 		return ofGroup(n) && n.State == Raised
 	})
 	until := time.Now().Add(1200 * time.Millisecond)
-	v, err := a.AckScope(h.ctx, "gwa", until)
+	v, err := a.AckScope(h.ctx, "gwa", until, "")
 	if err != nil || v.State != Acked || v.Group != "gwa" {
 		t.Fatalf("ack of the gwa alarm: %+v, %v; want acked", v, err)
 	}
@@ -151,7 +151,7 @@ func TestStormDevices(t *testing.T) {
 	fleetRaised := h.notes.Wait(t, 20*time.Second, "the fleet alarm raised", func(n dispatch.Alarm) bool {
 		return n.Device == "" && n.Group == "" && n.State == Raised
 	})
-	v, err := a.AckScope(h.ctx, "", time.Now().Add(time.Hour))
+	v, err := a.AckScope(h.ctx, "", time.Now().Add(time.Hour), "")
 	if err != nil || v.State != Acked || v.Scope != dispatch.ScopeFleet {
 		t.Fatalf("ack of the fleet alarm: %+v, %v; want acked", v, err)
 	}

@@ -209,12 +209,13 @@ type View struct {
 	Count      int    `json:"count"`
 	Next       int64  `json:"next,omitempty"`
 	AckedUntil int64  `json:"acked_until,omitempty"`
-	Last       string `json:"last,omitempty"` // last notification: state/reason
+	AckedBy    string `json:"acked_by,omitempty"` // who last acked it
+	Last       string `json:"last,omitempty"`     // last notification: state/reason
 	At         int64  `json:"at,omitempty"`
 }
 
 func view(id string, st State) View {
-	v := View{Device: id, State: "idle", Count: st.Count, Last: st.Last, At: st.At, Group: st.Group}
+	v := View{Device: id, State: "idle", Count: st.Count, Last: st.Last, At: st.At, Group: st.Group, AckedBy: st.AckedBy}
 	if sc, ok := scopeOf(id); ok {
 		v.Device = ""
 		v.Scope, v.Group = scopeName(sc)
@@ -246,8 +247,9 @@ func (a *Alarms) Get(ctx context.Context, id string) (View, bool, error) {
 // Ack acknowledges id's open alarm. With a zero until it is resolved
 // (reason acked); with a later until its repeats pause until then and
 // resume if the device is still silent. It fails with ErrNoAlarm when
-// there is no open alarm.
-func (a *Alarms) Ack(ctx context.Context, id string, until time.Time) (View, error) {
+// there is no open alarm. by is who acks (the API caller's name), kept
+// in the state and shown as acked_by.
+func (a *Alarms) Ack(ctx context.Context, id string, until time.Time, by string) (View, error) {
 	fence, fenceErr := a.notes.Take(ctx)
 	now := a.opts.Now()
 	var u int64
@@ -259,7 +261,7 @@ func (a *Alarms) Ack(ctx context.Context, id string, until time.Time) (View, err
 	}
 	m := a.machine(id, now)
 	st, err := a.transition(ctx, id, now, func(st *State) (bool, error) {
-		if !m.ack(st, u) {
+		if !m.ack(st, u, by) {
 			return false, ErrNoAlarm
 		}
 		return true, nil

@@ -528,7 +528,7 @@ func TestAck(t *testing.T) {
 	h.wait("dev-ack", Repeat, "", 5*time.Second)
 	h.wait("dev-snooze", Repeat, "", 5*time.Second)
 
-	if _, err := a.Ack(h.ctx, "dev-ack", time.Time{}); err != nil {
+	if _, err := a.Ack(h.ctx, "dev-ack", time.Time{}, ""); err != nil {
 		t.Fatal(err)
 	}
 	h.wait("dev-ack", Resolved, ReasonAcked, 2*time.Second)
@@ -537,14 +537,14 @@ func TestAck(t *testing.T) {
 	if gs := h.notes.Where(func(n dispatch.Alarm) bool { return n.Device == "dev-ack" && n.State == Acked }); len(gs) != 0 {
 		t.Errorf("an ack without an end sent %v, want resolved/acked only", states(gs))
 	}
-	first, err := a.Ack(h.ctx, "dev-snooze", time.Now().Add(time.Second))
+	first, err := a.Ack(h.ctx, "dev-snooze", time.Now().Add(time.Second), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	until := time.Now().Add(1500 * time.Millisecond)
-	v, err := a.Ack(h.ctx, "dev-snooze", until)
-	if err != nil || v.State != Acked || v.AckedUntil != until.UnixMilli() || v.Count != first.Count {
-		t.Fatalf("ack until: got %+v, %v; want acked until %d at count %d", v, err, until.UnixMilli(), first.Count)
+	v, err := a.Ack(h.ctx, "dev-snooze", until, "ops")
+	if err != nil || v.State != Acked || v.AckedUntil != until.UnixMilli() || v.Count != first.Count || v.AckedBy != "ops" {
+		t.Fatalf("ack until: got %+v, %v; want acked until %d at count %d by ops", v, err, until.UnixMilli(), first.Count)
 	}
 	ack := h.wait("dev-snooze", Acked, "", 2*time.Second)
 	if want := NoteID("dev-snooze", v.Since, Acked, v.Count); ack.MsgID != want || ack.Body.ID != want ||
@@ -568,7 +568,7 @@ func TestAck(t *testing.T) {
 	if gs := h.notes.Where(func(n dispatch.Alarm) bool { return n.Device == "dev-snooze" && n.State == Acked }); len(gs) != 1 {
 		t.Errorf("two acks at one count stored %v, want one acked", states(gs))
 	}
-	if _, err := a.Ack(h.ctx, "nobody", time.Time{}); err != ErrNoAlarm {
+	if _, err := a.Ack(h.ctx, "nobody", time.Time{}, ""); err != ErrNoAlarm {
 		t.Errorf("ack of a device without alarm: %v, want ErrNoAlarm", err)
 	}
 	h.signal("dev-snooze", "")

@@ -32,6 +32,7 @@ type Listed struct {
 	Count      int    `json:"count"`
 	NextRepeat int64  `json:"next_repeat,omitempty"`
 	AckedUntil int64  `json:"acked_until,omitempty"`
+	AckedBy    string `json:"acked_by,omitempty"` // who last acked it
 	// Muted says a mute covers the alarm now; Mute is its id.
 	Muted bool   `json:"muted,omitempty"`
 	Mute  string `json:"mute,omitempty"`
@@ -82,7 +83,7 @@ var ErrBadQuery = errors.New("bad listing query")
 
 // listed is the row of an open state, and whether it is open at all.
 func listed(id string, st State, mutes []Mute, now int64) (Listed, bool) {
-	l := Listed{Device: id, Type: st.Type, Since: st.Since, Count: st.Count, Group: st.Group}
+	l := Listed{Device: id, Type: st.Type, Since: st.Since, Count: st.Count, Group: st.Group, AckedBy: st.AckedBy}
 	if sc, ok := scopeOf(id); ok {
 		l.Device = ""
 		l.Scope, l.Group = scopeName(sc)

@@ -60,10 +60,10 @@ func TestOpenIndexAndListsFollowTransitions(t *testing.T) {
 	ids := h.raiseAll("ix", 6)
 	h.waitAll(ids, Raised, "", 5*time.Second)
 	h.recoverAll(ids[:1])
-	if _, err := a.Ack(h.ctx, ids[1], time.Now().Add(time.Hour)); err != nil {
+	if _, err := a.Ack(h.ctx, ids[1], time.Now().Add(time.Hour), ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Ack(h.ctx, ids[2], time.Time{}); err != nil {
+	if _, err := a.Ack(h.ctx, ids[2], time.Time{}, ""); err != nil {
 		t.Fatal(err)
 	}
 	m, err := a.AddMute(h.ctx, Mute{Device: ids[3], Until: time.Now().Add(time.Hour).UnixMilli()})

@@ -79,6 +79,9 @@ type State struct {
 	// AckedUntil pauses repeats of an Active alarm until then; they resume
 	// if the device is still silent.
 	AckedUntil int64 `json:"acked_until,omitempty"`
+	// AckedBy is who last acked the alarm (the API caller's name); a new
+	// alarm starts without it.
+	AckedBy string `json:"acked_by,omitempty"`
 	// StableAt ends a Damped alarm unless the device goes lost or recovers
 	// again before.
 	StableAt int64 `json:"stable_at,omitempty"`
@@ -223,7 +226,7 @@ func (m machine) loss(st *State, d int64) bool {
 
 // damp starts a flapping alarm (or turns an idle device into one) at d.
 func (m machine) damp(st *State, d int64) {
-	st.Phase, st.Since, st.Count, st.Next, st.AckedUntil = Damped, d, 0, 0, 0
+	st.Phase, st.Since, st.Count, st.Next, st.AckedUntil, st.AckedBy = Damped, d, 0, 0, 0, ""
 	st.StableAt = m.now + m.p.FlapStable.Milliseconds()
 	m.note(st, Flapping, "")
 }
@@ -257,12 +260,12 @@ func (m machine) lost(st *State, d int64, typ string, current int64) bool {
 	case back:
 		// Signalled again before the event was handled: nothing to raise.
 	case m.hold > 0:
-		st.Phase, st.Since, st.Count, st.AckedUntil, st.StableAt = Active, d, 0, 0, 0
+		st.Phase, st.Since, st.Count, st.AckedUntil, st.StableAt, st.AckedBy = Active, d, 0, 0, 0, ""
 		st.Held, st.HeldAt, st.StormHeld = true, m.now, false
 		st.Next = m.now + m.hold
 		st.LastSeen = m.lastSeen
 	default:
-		st.Phase, st.Since, st.Count, st.AckedUntil, st.StableAt = Active, d, 0, 0, 0
+		st.Phase, st.Since, st.Count, st.AckedUntil, st.StableAt, st.AckedBy = Active, d, 0, 0, 0, ""
 		st.LastSeen = m.lastSeen
 		m.raise(st, "")
 	}
@@ -307,11 +310,13 @@ func (m machine) recovered(st *State, d int64, typ string) bool {
 // repeats until then and says so (acked), unless nobody heard of the alarm
 // yet (its raise is held). Another ack at the same count has the same id:
 // a note of it still pending stands for it, one published already is
-// dropped by JetStream. It reports false when there is no alarm to ack.
-func (m machine) ack(st *State, until int64) bool {
+// dropped by JetStream. by is who acked. It reports false when there is
+// no alarm to ack.
+func (m machine) ack(st *State, until int64, by string) bool {
 	if st.Phase == Idle {
 		return false
 	}
+	st.AckedBy = by
 	if until <= 0 {
 		m.resolve(st, ReasonAcked)
 		return true

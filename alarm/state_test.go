@@ -89,14 +89,14 @@ func TestMachine(t *testing.T) {
 	// adds nothing.
 	st = State{}
 	at(1000, p, &st, lost(1000, 0))
-	at(1500, p, &st, func(m machine, st *State) { m.ack(st, 5000) })
-	at(1600, p, &st, func(m machine, st *State) { m.ack(st, 4000) })
+	at(1500, p, &st, func(m machine, st *State) { m.ack(st, 5000, "") })
+	at(1600, p, &st, func(m machine, st *State) { m.ack(st, 4000, "") })
 	if st.AckedUntil != 4000 || st.Last != Acked {
 		t.Fatalf("second ack: acked until %d last %q, want 4000 acked", st.AckedUntil, st.Last)
 	}
 	at(2000, p, &st, wake(0))
 	at(4000, p, &st, wake(0))
-	at(5100, p, &st, func(m machine, st *State) { m.ack(st, 0) })
+	at(5100, p, &st, func(m machine, st *State) { m.ack(st, 0, "") })
 	want = []string{"d@1000/raised/0", "d@1000/acked/0", "d@1000/repeat/1", "d@1000/resolved/1"}
 	if got := notes(&st); !equal(got, want) || st.Last != "resolved/acked" {
 		t.Fatalf("ack until, then ack: got %v last %q, want %v resolved/acked", got, st.Last, want)
@@ -104,7 +104,7 @@ func TestMachine(t *testing.T) {
 	if a := st.Pending[1]; a.State != Acked || a.Count != 0 || a.Since != 1000 || a.At != 1500 || a.Device != "d" {
 		t.Errorf("acked note %+v, want state acked, count 0, since 1000, at 1500, device d", a.Alarm)
 	}
-	if (machine{p: p, id: "d", now: 6000}).ack(&st, 0) {
+	if (machine{p: p, id: "d", now: 6000}).ack(&st, 0, "") {
 		t.Error("ack of a resolved alarm succeeded, want refused")
 	}
 }
@@ -174,7 +174,7 @@ func TestMachineHold(t *testing.T) {
 	// alarm stays acked until the ack ends.
 	var s4 State
 	hold(1000, func(m machine, st *State) { m.lost(st, 1000, "t", 0) })(&s4)
-	hold(1100, func(m machine, st *State) { m.ack(st, 60_000) })(&s4)
+	hold(1100, func(m machine, st *State) { m.ack(st, 60_000, "") })(&s4)
 	if w := s4.wake(1100, time.Second); w != 1500 || len(s4.Pending) != 0 {
 		t.Fatalf("acked while held: wakes at %d with notes %v, want the end of the hold (1500) and no acked: nobody heard of it", w, notes(&s4))
 	}

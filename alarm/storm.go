@@ -352,6 +352,6 @@ func (a *Alarms) Storms(ctx context.Context, limit int) ([]StormView, error) {
 
 // AckScope acknowledges the alarm of a group ("" for the fleet), as Ack
 // does a device's.
-func (a *Alarms) AckScope(ctx context.Context, group string, until time.Time) (View, error) {
-	return a.Ack(ctx, ScopeAlarmID(StormScope(group)), until)
+func (a *Alarms) AckScope(ctx context.Context, group string, until time.Time, by string) (View, error) {
+	return a.Ack(ctx, ScopeAlarmID(StormScope(group)), until, by)
 }

@@ -103,7 +103,7 @@ func (a *API) postAck(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	v, err := a.o.Alarms.Ack(r.Context(), id, until)
+	v, err := a.o.Alarms.Ack(r.Context(), id, until, callerOf(r.Context()).Name)
 	switch {
 	case errors.Is(err, alarm.ErrNoAlarm):
 		writeError(w, http.StatusConflict, fmt.Sprintf("device %s has no open alarm", id))
@@ -155,6 +155,7 @@ func (a *API) postMute(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, refusal(err, use))
 		return
 	}
+	noteTarget(r, muteTarget("", in.Device, in.Type))
 	if (in.Device == "") == (in.Type == "") {
 		writeError(w, http.StatusBadRequest, "give exactly one of device or type")
 		return
@@ -180,6 +181,7 @@ func (a *API) postMute(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	noteTarget(r, muteTarget(m.ID, in.Device, in.Type))
 	writeJSON(w, http.StatusCreated, m)
 }
 
@@ -203,4 +205,20 @@ func (a *API) deleteMute(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeJSON(w, http.StatusOK, map[string]any{"id": id, "removed": true})
 	}
+}
+
+// muteTarget is the audit target of a mute: its id, once it has one, and
+// what it covers.
+func muteTarget(id, device, typ string) string {
+	var parts []string
+	if id != "" {
+		parts = append(parts, id)
+	}
+	if device != "" {
+		parts = append(parts, "device "+device)
+	}
+	if typ != "" {
+		parts = append(parts, "type "+typ)
+	}
+	return strings.Join(parts, " ")
 }

@@ -115,6 +115,7 @@ type API struct {
 	tokens   *tokenSet
 	throttle *throttle
 	m        *metrics
+	auditM   auditMetrics
 }
 
 // New returns the API serving o. A token that can no longer be read (its
@@ -127,7 +128,8 @@ func New(o Options) *API {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	a := &API{o: o, tokens: &tokenSet{cfg: o.Config, getenv: os.Getenv}, throttle: newThrottle(), m: newMetrics(o.Registerer)}
+	a := &API{o: o, tokens: &tokenSet{cfg: o.Config, getenv: os.Getenv}, throttle: newThrottle(), m: newMetrics(o.Registerer),
+		auditM: newAuditMetrics(o.Registerer)}
 	if err := a.tokens.reload(); err != nil {
 		o.Log.Error("http tokens", "err", err)
 	}

@@ -40,4 +40,7 @@
 //   - stats.go: GET /v1/stats (Stats).
 //   - timers.go: the generic timers' routes.
 //   - events.go: GET /v1/events, the stream's events as Server-Sent Events.
+//   - audit.go: the audit trail: every state-changing call (audited, per
+//     route) logged, published on sigwatch.audit and kept in a capped
+//     Redis list for GET /v1/audit (AuditRecord, AuditList).
 package api

@@ -26,7 +26,8 @@ type route struct {
 	stream bool
 }
 
-// routes declares every route next to the role it needs. The status page
+// routes declares every route next to the role it needs and, for a call
+// that changes state, the action the audit trail records. The status page
 // and its assets carry no data (the page's script calls /v1 with the
 // caller's token); /metrics needs a token only with http.metrics_auth:
 // token.
@@ -49,31 +50,32 @@ func (a *API) routes() []route {
 		r("GET", "/v1/whoami", RoleViewer, a.getWhoami),
 		r("GET", "/v1/devices", RoleViewer, a.getDevices),
 		r("GET", "/v1/devices/{id}", RoleViewer, a.getDevice),
-		r("DELETE", "/v1/devices/{id}", RoleAdmin, a.deleteDevice),
-		r("PUT", "/v1/devices/{id}/threshold", RoleOperator, a.putThreshold),
-		r("PUT", "/v1/devices/{id}/group", RoleOperator, a.putGroup),
-		r("POST", "/v1/devices/{id}/ack", RoleOperator, a.postAck),
+		r("DELETE", "/v1/devices/{id}", RoleAdmin, a.audited("device.remove", pathTarget("id"), a.deleteDevice)),
+		r("PUT", "/v1/devices/{id}/threshold", RoleOperator, a.audited("device.threshold", pathTarget("id"), a.putThreshold)),
+		r("PUT", "/v1/devices/{id}/group", RoleOperator, a.audited("device.group", pathTarget("id"), a.putGroup)),
+		r("POST", "/v1/devices/{id}/ack", RoleOperator, a.audited("device.ack", pathTarget("id"), a.postAck)),
 		r("GET", "/v1/alarms", RoleViewer, a.withAlarms(a.getAlarms)),
 		r("GET", "/v1/types", RoleViewer, a.getTypes),
 		r("GET", "/v1/types/{type}", RoleViewer, a.getType),
-		r("PUT", "/v1/types/{type}", RoleOperator, a.putType),
-		r("DELETE", "/v1/types/{type}", RoleOperator, a.deleteType),
+		r("PUT", "/v1/types/{type}", RoleOperator, a.audited("type.set", pathTarget("type"), a.putType)),
+		r("DELETE", "/v1/types/{type}", RoleOperator, a.audited("type.delete", pathTarget("type"), a.deleteType)),
 		r("GET", "/v1/mutes", RoleViewer, a.withAlarms(a.getMutes)),
-		r("POST", "/v1/mutes", RoleOperator, a.withAlarms(a.postMute)),
-		r("DELETE", "/v1/mutes/{id}", RoleOperator, a.withAlarms(a.deleteMute)),
-		r("POST", "/v1/signals", RoleOperator, a.postSignals),
+		r("POST", "/v1/mutes", RoleOperator, a.audited("mute.create", nil, a.withAlarms(a.postMute))),
+		r("DELETE", "/v1/mutes/{id}", RoleOperator, a.audited("mute.delete", pathTarget("id"), a.withAlarms(a.deleteMute))),
+		r("POST", "/v1/signals", RoleOperator, a.audited("signals.post", nil, a.postSignals)),
 		r("GET", "/v1/shards", RoleViewer, a.getShards),
-		r("POST", "/v1/shards/double", RoleAdmin, a.postShardsDouble),
+		r("POST", "/v1/shards/double", RoleAdmin, a.audited("shards.double", nil, a.postShardsDouble)),
 		r("GET", "/v1/stats", RoleViewer, a.getStats),
 		r("GET", "/v1/storms", RoleViewer, a.withAlarms(a.getStorms)),
-		r("POST", "/v1/groups/{group}/ack", RoleOperator, a.withAlarms(a.postGroupAck)),
-		r("POST", "/v1/fleet/ack", RoleOperator, a.withAlarms(a.postFleetAck)),
+		r("POST", "/v1/groups/{group}/ack", RoleOperator, a.audited("group.ack", pathTarget("group"), a.withAlarms(a.postGroupAck))),
+		r("POST", "/v1/fleet/ack", RoleOperator, a.audited("fleet.ack", nil, a.withAlarms(a.postFleetAck))),
 		r("GET", "/v1/sinks", RoleViewer, a.getSinks),
-		r("POST", "/v1/sinks/{name}/test", RoleAdmin, a.postSinkTest),
-		r("PUT", "/v1/timers/{queue}/{id...}", RoleOperator, a.withTimers(a.putTimer)),
+		r("GET", "/v1/audit", RoleViewer, a.getAudit),
+		r("POST", "/v1/sinks/{name}/test", RoleAdmin, a.audited("sink.test", pathTarget("name"), a.postSinkTest)),
+		r("PUT", "/v1/timers/{queue}/{id...}", RoleOperator, a.audited("timer.arm", pathTarget("queue", "id"), a.withTimers(a.putTimer))),
 		r("GET", "/v1/timers/{queue}/{id...}", RoleViewer, a.withTimers(a.getTimer)),
-		r("DELETE", "/v1/timers/{queue}/{id...}", RoleOperator, a.withTimers(a.deleteTimer)),
-		r("POST", "/v1/timers/{queue}", RoleOperator, a.withTimers(a.postTimers)),
+		r("DELETE", "/v1/timers/{queue}/{id...}", RoleOperator, a.audited("timer.cancel", pathTarget("queue", "id"), a.withTimers(a.deleteTimer))),
+		r("POST", "/v1/timers/{queue}", RoleOperator, a.audited("timer.batch", pathTarget("queue"), a.withTimers(a.postTimers))),
 		{Route: Route{"GET", "/v1/events", RoleViewer}, h: http.HandlerFunc(a.getEvents), stream: true},
 	}
 }

@@ -54,7 +54,7 @@ func (a *API) ackScope(w http.ResponseWriter, r *http.Request, group string) {
 	if !ok {
 		return
 	}
-	v, err := a.o.Alarms.AckScope(r.Context(), group, until)
+	v, err := a.o.Alarms.AckScope(r.Context(), group, until, callerOf(r.Context()).Name)
 	switch {
 	case errors.Is(err, alarm.ErrNoAlarm) && group == "":
 		writeError(w, http.StatusConflict, "the fleet has no open storm alarm")

@@ -56,6 +56,8 @@
 //     the replicas of a role (the alarm workers); sinkconsume.go: a sink's
 //     durable consumer of alarm notifications and storm events, one at a
 //     time, and its dead letters (sigwatch.sink.failed.<sink>).
+//   - audit.go: the audit trail's subject (sigwatch.audit), its record
+//     and its publish, bounded in time.
 //   - follow.go: an ordered consumer that follows the stream's events by
 //     kind and device, from now, a time, the last N or a sequence
 //     (GET /v1/events).

@@ -99,12 +99,12 @@ func (s Subjects) All() string { return s.prefix() + ".>" }
 func (s Subjects) Stream() []string {
 	p := s.prefix()
 	return []string{p + ".lost.>", p + ".recovered.>", p + ".alarm.>", p + ".invalid", p + ".storm",
-		p + ".system", p + ".fence.>", p + ".timer.>", p + ".sink.>"}
+		p + ".system", p + ".fence.>", p + ".timer.>", p + ".sink.>", p + ".audit"}
 }
 
 // added are the subjects of the stream that came with later versions: an
 // existing stream gains them rather than being refused.
-func (s Subjects) added() []string { return []string{s.prefix() + ".sink.>"} }
+func (s Subjects) added() []string { return []string{s.prefix() + ".sink.>", s.prefix() + ".audit"} }
 
 // Lost says a device stayed silent past its deadline.
 type Lost struct {

@@ -215,7 +215,7 @@ var leaves = []leaf{
 	{"meta", "overrides:v", "shard"}, {"meta", "types", "shard"}, {"meta", "reports", "stats"},
 	{"meta", "mutes", "alarm"}, {"meta", "storms", "alarm"}, {"meta", "open:built", "alarm"},
 	{"meta", "mqtt:", "ingest"}, {"meta", "held", "alarm"},
-	{"meta", "typethr", "shard"}, {"meta", "typelock:", "shard"},
+	{"meta", "typethr", "shard"}, {"meta", "typelock:", "shard"}, {"meta", "audit", "api"},
 
 	{"r", "reg", "shard"}, {"r", "reg:", "shard"}, {"r", "grp:", "shard"}, {"r", "lost", "shard"},
 	{"r", "thrlock:", "shard"}, {"r", "tf", "shard"}, {"r", "decl", "shard"},

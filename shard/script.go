@@ -236,7 +236,7 @@ type Cmd struct {
 // readOnly lists the commands Do sends as read-only: rueidis retries them
 // on a lost connection, as it does the typed read commands.
 var readOnly = map[string]bool{"GET": true, "HGET": true, "HGETALL": true, "HLEN": true, "HSCAN": true,
-	"ZCARD": true, "ZCOUNT": true, "ZRANGE": true, "ZSCAN": true, "ZSCORE": true, "SCARD": true}
+	"ZCARD": true, "ZCOUNT": true, "ZRANGE": true, "ZSCAN": true, "ZSCORE": true, "SCARD": true, "LRANGE": true}
 
 // Do runs one command.
 func (s *Store) Do(ctx context.Context, name string, keys []string, args ...string) Reply {

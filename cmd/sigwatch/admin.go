@@ -160,6 +160,9 @@ func printDevice(w io.Writer, v api.Device) {
 		if a.AckedUntil > 0 {
 			line += ", acked until " + msTime(a.AckedUntil)
 		}
+		if a.AckedBy != "" {
+			line += ", acked by " + a.AckedBy
+		}
 		if a.State == alarm.Held {
 			line += " (" + heldLegend + ")"
 		}

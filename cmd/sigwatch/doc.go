@@ -25,7 +25,8 @@
 //     --timeout, one-line errors) and shows times; apitls.go: its TLS
 //     (--ca, --cert, --key) and what a failed handshake means; admin.go: the device and
 //     mute commands; lists.go, storms.go, stats.go, timers.go, types.go,
-//     sinks.go: the listing, storm, stats, timer, type and sink commands; shards.go: sigwatch shards, through
+//     sinks.go, audit.go: the listing, storm, stats, timer, type, sink and
+//     audit commands; shards.go: sigwatch shards, through
 //     the API or, with --config, on Redis directly; events.go: sigwatch
 //     events, which follows GET /v1/events.
 //   - simulate.go: a simulated fleet; demo.go: the demo (build tag demo),

@@ -145,7 +145,7 @@ func cmdAlarm(ctx context.Context, args []string, stdout io.Writer) error {
 		return printJSON(stdout, all)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DEVICE\tTYPE\tSTATE\tSINCE\tREPEATS\tNEXT REPEAT\tACKED UNTIL\tMUTE")
+	fmt.Fprintln(tw, "DEVICE\tTYPE\tSTATE\tSINCE\tREPEATS\tNEXT REPEAT\tACKED UNTIL\tACKED BY\tMUTE")
 	held := false
 	for _, l := range all.Alarms {
 		held = held || l.State == alarm.ListHeld
@@ -156,8 +156,8 @@ func cmdAlarm(ctx context.Context, args []string, stdout io.Writer) error {
 		case dispatch.ScopeGroup:
 			who = "(group " + l.Group + " storm)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", who, orDash(l.Type), l.State, msTime(l.Since), l.Count,
-			msTime(l.NextRepeat), msTime(l.AckedUntil), orDash(l.Mute))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", who, orDash(l.Type), l.State, msTime(l.Since), l.Count,
+			msTime(l.NextRepeat), msTime(l.AckedUntil), orDash(l.AckedBy), orDash(l.Mute))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -33,13 +33,14 @@ commands:
   storm      ls | ack <group>|--fleet: group and fleet storms and their alarms
   sink       ls | test <name>: where alarms go (Alertmanager, PagerDuty, Slack, webhooks)
   timer      get|set|rm <queue> <id>: one generic timer
+  audit      [--limit N]: the most recent acks, mutes, removals and other changes, who made them
   stats      fleet counters, rates, fire lag, watermark, shards
   shards     status|double: topology, drain progress, sizes, owners; start a doubling
   config     check [--config F]: validate a config file (or the defaults) with the SIGWATCH_* environment
   healthcheck [URL]: exit 0 when URL (default http://127.0.0.1:8080/readyz) answers 200
   version    print the version
 
-events, device, type, alarm, mute, storm, sink, timer, stats and shards talk to a running
+events, device, type, alarm, mute, storm, sink, timer, audit, stats and shards talk to a running
 sigwatch's HTTP API: --api URL (env SIGWATCH_API, default http://127.0.0.1:8080),
 --token (env SIGWATCH_HTTP_TOKEN), --timeout (env SIGWATCH_TIMEOUT, default 15s);
 for an https API, --ca FILE (env SIGWATCH_API_CA) and, with mutual TLS, --cert and --key
@@ -51,7 +52,7 @@ e.g. SIGWATCH_REDIS_ADDRS, SIGWATCH_NATS_URL, SIGWATCH_MQTT_BROKERS.
 
 // commands are the verbs of usage, for the "did you mean" of a typo.
 var commands = []string{"run", "demo", "dev", "simulate", "events", "device", "type", "alarm", "mute", "storm", "sink",
-	"timer", "stats", "shards", "config", "healthcheck", "version", "help"}
+	"timer", "audit", "stats", "shards", "config", "healthcheck", "version", "help"}
 
 // flagError is a verb's flags refused by its FlagSet, which printed
 // nothing: main prints the refusal once, then the verb's flags.
@@ -123,6 +124,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdSink(ctx, args[1:], stdout)
 	case "timer":
 		err = cmdTimer(ctx, args[1:], stdout)
+	case "audit":
+		err = cmdAudit(ctx, args[1:], stdout)
 	case "config":
 		err = cmdConfig(args[1:], stdout, stderr)
 	case "healthcheck":
