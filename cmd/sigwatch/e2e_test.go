@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -291,6 +294,25 @@ func checkExactlySilenced(t *testing.T, l *lostLog, d *devices, threshold time.D
 			t.Errorf("message id %s stored %d times in the stream, want 1 (invariant 3)", id, n)
 		}
 	}
+}
+
+// waitEveryWatched waits until the sigwatch at addr (no token) watches
+// every device of ids.
+func waitEveryWatched(t *testing.T, addr string, ids []string, timeout time.Duration) {
+	t.Helper()
+	left := slices.Clone(ids)
+	testenv.WaitFor(t, timeout, "every device watched", func() bool {
+		left = slices.DeleteFunc(left, func(id string) bool {
+			resp, err := http.Get("http://" + addr + "/v1/devices/" + url.PathEscape(id))
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			var dev struct{ Watched bool }
+			return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&dev) == nil && dev.Watched
+		})
+		return len(left) == 0
+	})
 }
 
 func waitAllLost(t *testing.T, l *lostLog, d *devices, timeout time.Duration) {
