@@ -46,7 +46,6 @@ func (a *API) postSignals(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, refusal(err, `body must be a JSON array of {"device": "id", "type": "t", "group": "g", "ts": unix-ms, "ttd": seconds, "next": unix-ms} (all but device optional)`))
 		return
 	}
-	noteTarget(r, fmt.Sprintf("%d signals", len(batch)))
 	if len(batch) > MaxSignalsPerPost {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%d signals in one body; send at most %d per request", len(batch), MaxSignalsPerPost))
 		return

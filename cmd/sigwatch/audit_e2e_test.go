@@ -66,7 +66,6 @@ func TestAuditTrail(t *testing.T) {
 	}
 
 	want := []api.AuditRecord{
-		{Action: "signals.post", Target: "1 signals", Outcome: "ok", Status: 200},
 		{Action: "device.ack", Target: "dev-a", Outcome: "ok", Status: 200},
 		{Action: "device.ack", Target: "ghost", Outcome: "device ghost has no open alarm", Status: 409},
 		{Action: "mute.create", Target: muteID + " device dev-a", Outcome: "ok", Status: 201},
