@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -104,6 +105,29 @@ func TestEveryRouteEveryRole(t *testing.T) {
 			if (want == http.StatusOK && refused) || (want != http.StatusOK && got != want) {
 				t.Errorf("%s %s (needs %s) as %s: %d, want %s", rt.Method, rt.Path, rt.Role, c.name, got, wantWords(want))
 			}
+		}
+	}
+	// The calls that changed something are in the audit trail under the
+	// names of the tokens that made them; those refused for their token
+	// are not.
+	code, res := call(t, app, "GET", "/v1/audit?limit=1000", roleTokens["viewer"], nil)
+	if code != http.StatusOK {
+		t.Fatalf("GET /v1/audit: %d %v", code, res)
+	}
+	who := map[string][]string{}
+	recs, _ := res["records"].([]any)
+	for _, r := range recs {
+		m, _ := r.(map[string]any)
+		who[fmt.Sprint(m["action"])] = append(who[fmt.Sprint(m["action"])], fmt.Sprint(m["who"]))
+	}
+	for action, want := range map[string][]string{
+		"device.remove": {"http.token", "admin-bot"}, "device.ack": {"http.token", "operator-bot", "admin-bot"},
+		"mute.create": {"http.token", "operator-bot", "admin-bot"}, "shards.double": {"http.token", "admin-bot"},
+	} {
+		slices.Sort(want)
+		got := slices.Sorted(slices.Values(who[action]))
+		if !slices.Equal(got, want) {
+			t.Errorf("audit records of %s by %v, want by %v", action, got, want)
 		}
 	}
 }
