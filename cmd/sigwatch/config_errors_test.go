@@ -114,3 +114,22 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// TestSecretVariablesAreNotSettings: a SIGWATCH_* variable the file names
+// for a token's secret is read as that secret, not refused as a setting;
+// a misspelt one beside it still is.
+func TestSecretVariablesAreNotSettings(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "sigwatch.yaml")
+	yaml := "http:\n  tokens:\n    - {name: dash, role: viewer, token_env: SIGWATCH_HTTP_VIEWER_TOKEN}\n"
+	if err := os.WriteFile(p, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SIGWATCH_HTTP_VIEWER_TOKEN", "viewer-0123456789abcdef")
+	if _, err := LoadConfig(p, []string{"SIGWATCH_HTTP_VIEWER_TOKEN=viewer-0123456789abcdef"}); err != nil {
+		t.Errorf("a token's variable: %v", err)
+	}
+	_, err := LoadConfig(p, []string{"SIGWATCH_HTTP_VIEWER_TOKEN=viewer-0123456789abcdef", "SIGWATCH_HTTP_TOKN=x"})
+	if err == nil || !strings.Contains(err.Error(), "SIGWATCH_HTTP_TOKN is not a setting") {
+		t.Errorf("a misspelt variable: %v", err)
+	}
+}
