@@ -111,7 +111,7 @@ func (a *API) audit(ctx context.Context, action, target string, status int, outc
 	if a.o.Now != nil {
 		now = a.o.Now
 	}
-	rec := AuditRecord{ID: auditID(), At: now().UnixMilli(), Who: c.Name, Role: roleName(c.Role),
+	rec := AuditRecord{ID: auditID(), At: now().UnixMilli(), Who: c.Name, Role: c.Role.String(),
 		Action: action, Target: target, Outcome: outcome, Status: status}
 	if a.o.Log != nil {
 		a.o.Log.Info("audit", "who", rec.Who, "role", rec.Role, "action", rec.Action, "target", rec.Target,
@@ -188,21 +188,6 @@ func auditID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return "audit/" + hex.EncodeToString(b[:])
-}
-
-// roleName is the role as http.tokens names it.
-func roleName(r Role) string {
-	switch r {
-	case RoleMetrics:
-		return "metrics"
-	case RoleViewer:
-		return "viewer"
-	case RoleOperator:
-		return "operator"
-	case RoleAdmin:
-		return "admin"
-	}
-	return "none"
 }
 
 // maxRefusal bounds what of a refusal's body is kept for its words.

@@ -114,7 +114,13 @@ func (a *API) auth(rt Route, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		presented, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		// The scheme's name is case-insensitive (RFC 9110).
+		h := r.Header.Get("Authorization")
+		ok := len(h) > len("Bearer ") && strings.EqualFold(h[:len("Bearer ")], "Bearer ")
+		presented := ""
+		if ok {
+			presented = h[len("Bearer "):]
+		}
 		var c Caller
 		if ok {
 			c, ok = a.tokens.match(presented)
