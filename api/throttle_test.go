@@ -121,6 +121,7 @@ func TestWrongTokensAreSlowedAlone(t *testing.T) {
 
 	t.Logf("attack: %d requests in %v: %v; answer p50 %v, p99 %v", attacks, took.Round(time.Millisecond), codes,
 		quantile(attackTimes, 0.5), quantile(attackTimes, 0.99))
+	t.Logf("the same attack without the throttle: %d wrong guesses answered 401 in %v", attacks, unthrottled(t, parallel, attacks).Round(time.Millisecond))
 	t.Logf("good token: p50 %v, p99 %v alone; p50 %v, p99 %v during the attack", quantile(base, 0.5), quantile(base, 0.99),
 		quantile(during, 0.5), quantile(during, 0.99))
 	t.Logf("another address's wrong token during the attack: %d in %v", other, otherTook)
@@ -143,4 +144,35 @@ func TestWrongTokensAreSlowedAlone(t *testing.T) {
 	if other != http.StatusUnauthorized || otherTook > 200*time.Millisecond {
 		t.Errorf("another address's wrong token: %d in %v, want 401 at once", other, otherTook)
 	}
+}
+
+// unthrottled times n wrong-token requests, parallel at a time, against an
+// API whose throttle never holds: the rate a guesser would get without it.
+func unthrottled(t *testing.T, parallel, n int) time.Duration {
+	reg := prometheus.NewRegistry()
+	t.Setenv("THROTTLE_TEST_TOKEN", "viewer-0123456789abcdef")
+	a := New(Options{Config: Config{Tokens: []TokenConfig{{Name: "dash", Role: "viewer", TokenEnv: "THROTTLE_TEST_TOKEN"}}, RequestTimeout: 10 * time.Second},
+		Gatherer: reg, Registerer: reg, Now: time.Now})
+	a.throttle.free = n + 1
+	srv := httptest.NewServer(a.Handler())
+	defer srv.Close()
+	c := clientFrom("127.0.0.2")
+	next := make(chan int)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range parallel {
+		wg.Go(func() {
+			for k := range next {
+				if code, _ := timedGet(t, c, srv.URL+"/v1/whoami", fmt.Sprintf("guess-%04d-0123456789", k)); code != http.StatusUnauthorized {
+					t.Errorf("unthrottled guess: %d", code)
+				}
+			}
+		})
+	}
+	for k := range n {
+		next <- k
+	}
+	close(next)
+	wg.Wait()
+	return time.Since(start)
 }
