@@ -116,6 +116,7 @@ type API struct {
 	throttle *throttle
 	m        *metrics
 	auditM   auditMetrics
+	auditQ   *auditQueue
 }
 
 // New returns the API serving o. A token that can no longer be read (its
@@ -130,6 +131,7 @@ func New(o Options) *API {
 	}
 	a := &API{o: o, tokens: &tokenSet{cfg: o.Config, getenv: os.Getenv}, throttle: newThrottle(), m: newMetrics(o.Registerer),
 		auditM: newAuditMetrics(o.Registerer)}
+	a.auditQ = &auditQueue{store: a.storeAudits, max: auditKept}
 	if err := a.tokens.reload(); err != nil {
 		o.Log.Error("http tokens", "err", err)
 	}

@@ -102,21 +102,15 @@ func (a *API) audited(action string, target func(*http.Request) string, h http.H
 	}
 }
 
-// audit records one call: logged first, so that it is kept whatever
-// Redis and NATS do, then kept in Redis and published at once, each
-// waited for at most auditWait.
+// audit records one call: logged at once, before the answer goes, so that
+// it is kept whatever Redis and NATS do; then queued to be kept in Redis
+// and published, in order, without holding the answer (see auditQueue).
 func (a *API) audit(ctx context.Context, action, target string, status int, outcome string) {
 	c := callerOf(ctx)
-	now := time.Now
-	if a.o.Now != nil {
-		now = a.o.Now
-	}
-	rec := AuditRecord{ID: auditID(), At: now().UnixMilli(), Who: c.Name, Role: c.Role.String(),
+	rec := AuditRecord{ID: auditID(), At: a.o.Now().UnixMilli(), Who: c.Name, Role: c.Role.String(),
 		Action: action, Target: target, Outcome: outcome, Status: status}
-	if a.o.Log != nil {
-		a.o.Log.Info("audit", "who", rec.Who, "role", rec.Role, "action", rec.Action, "target", rec.Target,
-			"outcome", rec.Outcome, "status", rec.Status)
-	}
+	a.o.Log.Info("audit", "who", rec.Who, "role", rec.Role, "action", rec.Action, "target", rec.Target,
+		"outcome", rec.Outcome, "status", rec.Status)
 	kind := "ok"
 	switch {
 	case status >= 500:
@@ -125,37 +119,53 @@ func (a *API) audit(ctx context.Context, action, target string, status int, outc
 		kind = "refused"
 	}
 	a.auditM.records.WithLabelValues(action, kind).Inc()
-	// The request's own context may end with its answer.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditWait)
+	if !a.auditQ.push(rec) {
+		a.auditM.failures.Inc()
+		a.o.Log.Warn("audit records queue full: a record is only in the log", "action", action)
+	}
+}
+
+// storeAudits keeps recs, oldest first, at the head of the capped list in
+// one round trip and publishes them in one batch, each waited for at most
+// auditWait.
+func (a *API) storeAudits(recs []AuditRecord) {
+	ctx, cancel := context.WithTimeout(context.Background(), auditWait)
 	defer cancel()
 	var wg sync.WaitGroup
 	if a.o.Store != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			a.keepAudit(ctx, rec)
-		}()
+		wg.Go(func() { a.keepAudits(ctx, recs) })
 	}
 	if _, down := a.o.Deps.Down("nats"); down || a.o.Pub == nil {
-		a.auditM.failures.Inc()
-	} else if err := a.o.Pub.Audit(ctx, rec, auditWait); err != nil {
-		a.auditM.failures.Inc()
-		if a.o.Log != nil {
-			a.o.Log.Warn("audit record not published", "action", action, "err", err)
+		a.auditM.failures.Add(float64(len(recs)))
+	} else {
+		failed := 0
+		var last error
+		for _, err := range a.o.Pub.Audits(ctx, recs) {
+			if err != nil {
+				failed++
+				last = err
+			}
+		}
+		if failed > 0 {
+			a.auditM.failures.Add(float64(failed))
+			a.o.Log.Warn("audit records not published", "records", failed, "err", last)
 		}
 	}
 	wg.Wait()
 }
 
-// keepAudit puts rec at the head of the capped list, in one round trip.
-func (a *API) keepAudit(ctx context.Context, rec AuditRecord) {
-	b, _ := json.Marshal(rec)
+// keepAudits puts recs at the head of the capped list, newest first.
+func (a *API) keepAudits(ctx context.Context, recs []AuditRecord) {
 	key := a.o.Store.Keys().Meta(auditLeaf)
-	rs := a.o.Store.DoMulti(ctx, shard.Cmd{Name: "LPUSH", Keys: []string{key}, Args: []string{string(b)}},
+	vals := make([]string, len(recs))
+	for j, rec := range recs {
+		b, _ := json.Marshal(rec)
+		vals[j] = string(b)
+	}
+	rs := a.o.Store.DoMulti(ctx, shard.Cmd{Name: "LPUSH", Keys: []string{key}, Args: vals},
 		shard.Cmd{Name: "LTRIM", Keys: []string{key}, Args: []string{"0", strconv.Itoa(auditKept - 1)}})
-	// A call that failed for want of Redis said so in its own line.
-	if err := rs[0].Error(); err != nil && rec.Status < 500 && a.o.Log != nil {
-		a.o.Log.Warn("audit record not kept in redis", "action", rec.Action, "err", err)
+	if err := rs[0].Error(); err != nil {
+		a.o.Log.Warn("audit records not kept in redis", "records", len(recs), "err", err)
 	}
 }
 

@@ -43,4 +43,6 @@
 //   - audit.go: the audit trail: every state-changing call (audited, per
 //     route) logged, published on sigwatch.audit and kept in a capped
 //     Redis list for GET /v1/audit (AuditRecord, AuditList).
+//   - auditqueue.go: the records on their way to Redis and NATS, in
+//     order and in batches, so that no answer waits for them.
 package api

@@ -109,6 +109,7 @@ func (a *API) Serve(ctx context.Context, ln net.Listener, reload <-chan os.Signa
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
+	a.auditQ.drain()
 	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("http: %w", err)
 	}

@@ -1,9 +1,6 @@
 package dispatch
 
-import (
-	"context"
-	"time"
-)
+import "context"
 
 // Audit is the subject of the audit trail: one record per state-changing
 // API call.
@@ -27,15 +24,21 @@ type AuditRecord struct {
 func (ev AuditRecord) subject(s Subjects) string { return s.Audit() }
 func (ev AuditRecord) msgID() string             { return ev.ID }
 
-// Audit publishes rec on the audit subject, into the event stream in
-// JetStream mode, and waits at most wait for it to be taken: a NATS
-// outage must not hold the call it records.
-func (p *Bus) Audit(ctx context.Context, rec AuditRecord, wait time.Duration) error {
-	m, err := Encode(p.subjects, rec)
-	if err != nil {
-		return err
+// Audits publishes recs, in order, on the audit subject, into the event
+// stream in JetStream mode, within ctx: a NATS outage must not hold the
+// API. It returns one error per record (nil: taken).
+func (p *Bus) Audits(ctx context.Context, recs []AuditRecord) []error {
+	msgs := make([]Message, len(recs))
+	for j, rec := range recs {
+		m, err := Encode(p.subjects, rec)
+		if err != nil {
+			errs := make([]error, len(recs))
+			for k := range errs {
+				errs[k] = err
+			}
+			return errs
+		}
+		msgs[j] = m
 	}
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	return p.Publish(ctx, []Message{m})[0]
+	return p.Publish(ctx, msgs)
 }

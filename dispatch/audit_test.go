@@ -28,7 +28,7 @@ func TestStreamGainsTheAuditSubject(t *testing.T) {
 	p := newPublisher(t, nc, Options{AckWait: time.Second})
 	rec := AuditRecord{ID: "audit/1", At: 1, Who: "ops", Role: "operator", Action: "device.ack", Target: "d", Outcome: "ok", Status: 200}
 	for range 2 {
-		if err := p.Audit(ctx, rec, time.Second); err != nil {
+		if err := p.Audits(ctx, []AuditRecord{rec})[0]; err != nil {
 			t.Fatal(err)
 		}
 	}

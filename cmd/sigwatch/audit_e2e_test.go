@@ -90,7 +90,10 @@ func TestAuditTrail(t *testing.T) {
 		}
 	}
 	var l api.AuditList
-	appJSON(t, app, "/v1/audit", &l)
+	testenv.WaitFor(t, 2*time.Second, "every record in GET /v1/audit", func() bool {
+		appJSON(t, app, "/v1/audit", &l)
+		return len(l.Records) >= len(want)
+	})
 	if len(l.Records) != len(want) {
 		t.Fatalf("GET /v1/audit: %d records %+v, want %d", len(l.Records), l.Records, len(want))
 	}
@@ -126,7 +129,7 @@ func appJSON(t *testing.T, app *App, path string, v any) {
 }
 
 // TestAuditTrailWithNATSDown mutes a device while NATS is down: the call,
-// which needs Redis alone, is answered as usual and in time, and its
+// which needs Redis alone, is answered as usual and at once, and its
 // record is in GET /v1/audit; it is counted as not published.
 func TestAuditTrailWithNATSDown(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Mosquitto: true, NATS: true})
@@ -140,19 +143,22 @@ func TestAuditTrailWithNATSDown(t *testing.T) {
 	start := time.Now()
 	code, mute := call(t, app, "POST", "/v1/mutes", "", map[string]string{"type": "meter", "for": "1h"})
 	took := time.Since(start)
-	if code != http.StatusCreated || took > time.Second {
-		t.Fatalf("POST /v1/mutes with NATS down: %d %v after %v, want 201 within 1s", code, mute, took)
+	if code != http.StatusCreated || took > 300*time.Millisecond {
+		t.Fatalf("POST /v1/mutes with NATS down: %d %v after %v, want 201 within 300ms", code, mute, took)
 	}
 	t.Logf("POST /v1/mutes with NATS down answered in %v", took.Round(time.Millisecond))
 	var l api.AuditList
-	appJSON(t, app, "/v1/audit", &l)
+	testenv.WaitFor(t, 2*time.Second, "the record in GET /v1/audit", func() bool {
+		appJSON(t, app, "/v1/audit", &l)
+		return len(l.Records) >= 1
+	})
 	if len(l.Records) != 1 || l.Records[0].Action != "mute.create" || l.Records[0].Outcome != "ok" || l.Records[0].Who != "local" ||
 		l.Records[0].Target != mute["id"].(string)+" type meter" {
 		t.Errorf("GET /v1/audit with NATS down: %+v, want the mute by local", l.Records)
 	}
-	if n := testenv.Scraped(t, "http://"+app.HTTPAddr()+"/metrics", "sigwatch_audit_publish_failures_total"); n != 1 {
-		t.Errorf("sigwatch_audit_publish_failures_total = %v, want 1", n)
-	}
+	testenv.WaitFor(t, 2*time.Second, "the publish counted as failed", func() bool {
+		return testenv.Scraped(t, "http://"+app.HTTPAddr()+"/metrics", "sigwatch_audit_publish_failures_total") == 1
+	})
 	// Back to ready before the app stops, as a stop while NATS is down
 	// reports the consumers that could not start.
 	if err := env.NATS.Restart(); err != nil {
