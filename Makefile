@@ -48,31 +48,32 @@ FUZZTIME ?= 10s
 # here. bench/ and deploy/check are modules of their own, which ./... does not reach.
 #
 # SLOW are the longest process-level fault tests of cmd/sigwatch, which mostly wait out thresholds,
-# leases and outages: they run in a go test of their own beside ./..., so that cmd/sigwatch is not
-# one long line of them while the other packages are long done (a third line of them starved the
-# two cores). Its output is shown when it ends.
+# leases and outages, and the route-by-role and HTTPS tests, which even out the two lines: they run
+# in a go test of their own beside ./..., so that cmd/sigwatch is not one long line of them while
+# the other packages are long done (a third line of them starved the two cores). Its output is
+# shown when it ends.
 # SINKSLOW, the sink tests that wait out a 2/s budget over 500 alarms and a receiver down for a
 # minute, run in a fourth line; after them, once the other packages are done, the ingest tests run a
-# second time with ingest subscribing over MQTT 5 (mqtt.protocol: 5; the tests on the NATS MQTT
-# listener, which speaks 3.1.1 only, skip there), then the modules bench/ and deploy/check and a
-# short run of every fuzz target, all while cmd/sigwatch's two lines finish.
+# second time with ingest subscribing over MQTT 5 (mqtt.protocol: 5); the tests on the NATS MQTT
+# listener, which speaks 3.1.1 only, skip there. The modules bench/ and deploy/check and the fuzz
+# targets, which build with every core, come last: beside the fault tests they starved them.
 SINKSLOW := ^(TestSinkBudgetTwoPerSecond|TestSinkReceiverDownAMinute)$$
-SLOW := ^(TestBrokerBlipLosesNoLiveDevice|TestTimersFireOnceAcrossFaults|TestRedisStoppedAPIAnswersFast|TestRedisKilledAPIAnswersFast|TestRedisRestartedGracefully|TestStalledReplicaBringsNothingBack|TestNATSClusterFailover|TestClockSkewTwoProcesses|TestTwoProcessesKillOne|TestRedisEverySecKilled|TestRedisRestartedEmpty|TestRedisClusterMasterFailover|TestRedisSentinelFailover|TestStormSurvivesRedisLoss|TestTimersSurviveRedisEmpty|TestTimersSentinelFailoverToLaggedReplica|TestSinksCarryRealAlarms|TestSinkDeliveryAcrossKill)$$
+SLOW := ^(TestBrokerBlipLosesNoLiveDevice|TestTimersFireOnceAcrossFaults|TestRedisStoppedAPIAnswersFast|TestRedisKilledAPIAnswersFast|TestRedisRestartedGracefully|TestStalledReplicaBringsNothingBack|TestNATSClusterFailover|TestClockSkewTwoProcesses|TestTwoProcessesKillOne|TestRedisEverySecKilled|TestRedisRestartedEmpty|TestRedisClusterMasterFailover|TestRedisSentinelFailover|TestStormSurvivesRedisLoss|TestTimersSurviveRedisEmpty|TestTimersSentinelFailoverToLaggedReplica|TestSinksCarryRealAlarms|TestSinkDeliveryAcrossKill|TestEveryRouteEveryRole|TestHTTPSEndToEnd|TestHTTPSMutualTLS)$$
 
 test: test-deps lint
 	@slow=$$(mktemp); mq5=$$(mktemp); \
 	$(GO) test -race -count=1 -timeout 18m -run '$(SLOW)' ./cmd/sigwatch > $$slow 2>&1 & pid=$$!; \
 	{ $(GO) test -race -count=1 -timeout 12m -run '$(SINKSLOW)' ./sinks && \
-	  SIGWATCH_TEST_MQTT_PROTOCOL=5 $(GO) test -race -count=1 -timeout 10m ./ingest && \
-	  (cd bench && $(GO) test -race -count=1 -timeout 12m ./...) && \
-	  (cd deploy/check && $(GO) test -count=1 -timeout 10m ./...) && \
-	  $(MAKE) --no-print-directory fuzz FUZZTIME=3s; } > $$mq5 2>&1 & pid5=$$!; \
+	  SIGWATCH_TEST_MQTT_PROTOCOL=5 $(GO) test -race -count=1 -timeout 10m ./ingest; } > $$mq5 2>&1 & pid5=$$!; \
 	$(GO) test -race -count=1 -timeout 18m -skip '$(SLOW)|$(SINKSLOW)' ./...; rc=$$?; \
 	wait $$pid; src=$$?; wait $$pid5; m5=$$?; \
 	echo "--- cmd/sigwatch, the slow fault tests:"; cat $$slow; \
-	echo "--- the long sink tests, ingest over MQTT 5, bench/, deploy/check and the fuzz targets:"; tail -n 400 $$mq5; \
+	echo "--- the long sink tests, and ingest over MQTT 5:"; tail -n 200 $$mq5; \
 	rm -f $$slow $$mq5; \
 	[ $$rc -eq 0 ] && [ $$src -eq 0 ] && [ $$m5 -eq 0 ]
+	cd bench && $(GO) test -race -count=1 -timeout 12m ./...
+	cd deploy/check && $(GO) test -count=1 -timeout 10m ./...
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
 # demo starts Redis, Mosquitto and NATS on random local ports and runs sigwatch against them with
 # a simulated fleet.
