@@ -73,15 +73,16 @@ func TestWillDeclaresLost(t *testing.T) {
 	waitAPI(t, addr)
 
 	const keepAlive = 2 * time.Second
-	dead := newWillDevice(t, env, "w-dead", keepAlive)
-	back := newWillDevice(t, env, "w-back", keepAlive)
-	late := newWillDevice(t, env, "w-late", keepAlive)
 	// The confirm_after devices are of type slow, which they get from a
-	// signal through the API; their topics carry no type.
+	// signal through the API before they connect: their topics carry no
+	// type, and a device keeps the type of its first signal.
 	if code, body := apiCall(t, http.MethodPost, addr, "/v1/signals", "",
 		`[{"device":"w-back","type":"slow"},{"device":"w-late","type":"slow"}]`); code != http.StatusOK {
 		t.Fatalf("typing signals: %d %s", code, body)
 	}
+	dead := newWillDevice(t, env, "w-dead", keepAlive)
+	back := newWillDevice(t, env, "w-back", keepAlive)
+	late := newWillDevice(t, env, "w-late", keepAlive)
 	testenv.WaitFor(t, 10*time.Second, "three devices watched", func() bool {
 		for _, id := range []string{"w-dead", "w-back", "w-late"} {
 			if _, v := getDevice(t, addr, id); !v.Watched || (id != "w-dead" && v.Type != "slow") {
