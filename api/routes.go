@@ -83,7 +83,7 @@ func (a *API) routes() []route {
 }
 
 // Routes lists every route of the API with the role it needs, as Handler
-// serves them with o.
+// serves them under the http section c.
 func Routes(c Config) []Route {
 	a := &API{o: Options{Config: c}}
 	var out []Route
