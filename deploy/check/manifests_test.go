@@ -1,9 +1,9 @@
 package check
 
 import (
-	"maps"
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
